@@ -1,0 +1,115 @@
+"""One root error class, grouped in families that map to CLI exit codes.
+
+The families separate what a caller should do next:
+
+* ``UserError`` (exit 2): the input or configuration is wrong; fix it, nothing was written.
+* ``BlockedError`` (exit 3): the protocol refused the batch (payload conflict, stale start).
+  Nothing was published; retrying the same batch will be refused again.
+* ``RetryableError`` (exit 4): failed, nothing published, safe to retry as is.
+* ``OutcomeUnknown`` (exit 5): the commit may or may not have landed. Retrying the same batch
+  is still safe (it is recognised as already published), but check ``lakepub log`` first.
+* ``VerifyFailed`` (exit 1): a published partition does not match its recorded checksum.
+"""
+
+from __future__ import annotations
+
+
+class LakepubError(Exception):
+    """Root of every error lakepub raises on purpose; ``exit_code`` is the CLI's exit status."""
+
+    exit_code = 1
+
+    def one_line(self) -> str:
+        """The message as a single line, for the CLI."""
+        return " ".join(str(self).split())
+
+
+# --- user errors (exit 2) -------------------------------------------------------------------
+
+
+class UserError(LakepubError):
+    exit_code = 2
+
+
+class ConfigError(UserError):
+    """lakepub.yaml or a catalog definition is missing or malformed."""
+
+
+class InvalidEvent(UserError):
+    """An input event is malformed; names the file, line (or row) and field."""
+
+    def __init__(self, where: str, field: str, problem: str):
+        self.where, self.field, self.problem = where, field, problem
+        super().__init__(f"invalid event at {where}: field '{field}' {problem}")
+
+
+class InvalidPosition(UserError):
+    """A position vector is malformed or inconsistent with the batch."""
+
+
+class QueryError(UserError):
+    """A read query failed (SQL error, unknown table or column)."""
+
+
+class UnknownDataset(UserError):
+    """The dataset is not defined in the workspace catalog."""
+
+
+# --- blocked by the protocol (exit 3) -------------------------------------------------------
+
+
+class BlockedError(LakepubError):
+    exit_code = 3
+
+
+class PayloadConflict(BlockedError):
+    """The same (order_id, version) arrived with a different payload."""
+
+    def __init__(self, order_id: str, version: int, detail: str = ""):
+        self.order_id, self.version = order_id, version
+        suffix = f" ({detail})" if detail else ""
+        super().__init__(
+            f"payload conflict: order_id={order_id!r} version={version} already has a different payload{suffix}; "
+            "nothing was published"
+        )
+
+
+class StaleStart(BlockedError):
+    """The batch does not start where the committed position vector of its source ends."""
+
+    def __init__(self, source: str, start: dict[str, int], committed: dict[str, int]):
+        self.source, self.start, self.committed = source, start, committed
+        super().__init__(
+            f"stale start for source '{source}': batch starts at {_vec(start)} "
+            f"but the committed position is {_vec(committed)}; nothing was published"
+        )
+
+
+# --- failed, safe to retry (exit 4) ---------------------------------------------------------
+
+
+class RetryableError(LakepubError):
+    exit_code = 4
+
+
+class CommitContention(RetryableError):
+    """Every commit attempt lost the race to a concurrent writer; nothing was published."""
+
+
+# --- outcome unknown (exit 5) ---------------------------------------------------------------
+
+
+class OutcomeUnknown(LakepubError):
+    exit_code = 5
+
+
+# --- verification (exit 1) ------------------------------------------------------------------
+
+
+class VerifyFailed(LakepubError):
+    exit_code = 1
+
+
+def _vec(vector: dict[str, int]) -> str:
+    inner = ", ".join(f'"{k}": {v}' for k, v in sorted(vector.items()))
+    return "{" + inner + "}"

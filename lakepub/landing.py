@@ -1,0 +1,147 @@
+"""Landing sources: a folder per source, one subfolder per partition, append-only JSONL segments.
+
+::
+
+    landing/orders/p0/00000.jsonl
+    landing/orders/p0/00001.jsonl
+    landing/orders/p1/00000.jsonl
+
+Segments are read in file-name order. The position of a partition is the number of records
+(non-blank lines) consumed from it, so a committed position vector names exactly which records
+have been published, whatever the batch sizes were.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+
+from lakepub.errors import InvalidPosition
+from lakepub.events import empty_events, read_jsonl_events
+from lakepub.positions import Vector
+
+
+def count_records(path: Path) -> int:
+    """Number of non-blank lines of a segment."""
+    with open(path, "rb") as fh:
+        return sum(1 for line in fh if line.strip())
+
+
+@dataclass(frozen=True)
+class Backlog:
+    pending: Vector  # records not yet consumed, per partition
+    available: Vector  # records present, per partition
+    oldest_unprocessed: Path | None  # the segment holding the oldest unconsumed record
+    oldest_age_s: float | None  # its age (from the segment's modification time)
+
+    @property
+    def total_pending(self) -> int:
+        return sum(self.pending.values())
+
+
+class LandingSource:
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+
+    def exists(self) -> bool:
+        return self.folder.is_dir()
+
+    def partitions(self) -> list[str]:
+        if not self.folder.is_dir():
+            return []
+        return sorted(p.name for p in self.folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+    def segments(self, partition: str) -> list[Path]:
+        return sorted((self.folder / partition).glob("*.jsonl"))
+
+    def backlog(self, committed: Vector, now: float | None = None) -> Backlog:
+        now = time.time() if now is None else now
+        pending, available = {}, {}
+        oldest: tuple[float, Path] | None = None
+        for part in self.partitions():
+            offset, total, first_pending = committed.get(part, 0), 0, None
+            for seg in self.segments(part):
+                n = count_records(seg)
+                if first_pending is None and total + n > offset:
+                    first_pending = seg
+                total += n
+            if first_pending is not None:
+                mtime = first_pending.stat().st_mtime
+                if oldest is None or mtime < oldest[0]:
+                    oldest = (mtime, first_pending)
+            available[part] = total
+            pending[part] = max(0, total - offset)
+        stale = {p: committed[p] for p in committed if committed[p] > available.get(p, 0)}
+        if stale:
+            raise InvalidPosition(f"committed positions {stale} are beyond the records in {self.folder}")
+        return Backlog(pending, available, oldest[1] if oldest else None, now - oldest[0] if oldest else None)
+
+    def batches(self, committed: Vector, max_batch: int) -> Iterator[tuple[pa.Table, Vector, Vector]]:
+        """Yield (events, start, end) batches of at most ``max_batch`` records, from ``committed`` on."""
+        if max_batch < 1:
+            raise InvalidPosition("--max-batch must be at least 1")
+        cursors = {p: _Cursor(self.segments(p), committed.get(p, 0)) for p in self.partitions()}
+        position = {p: committed.get(p, 0) for p in cursors}
+        while True:
+            shares = _shares({p: c.remaining for p, c in cursors.items()}, max_batch)
+            if not any(shares.values()):
+                return
+            start = dict(position)
+            parts = [cursors[p].take(n) for p, n in shares.items() if n]
+            for p, n in shares.items():
+                position[p] += n
+            yield pa.concat_tables(parts), start, dict(position)
+
+
+def _shares(remaining: dict[str, int], max_batch: int) -> dict[str, int]:
+    """Split a batch fairly between partitions; a partition with less left cedes its share."""
+    shares = {p: 0 for p in remaining}
+    budget = max_batch
+    open_parts = [p for p, r in remaining.items() if r > 0]
+    while budget > 0 and open_parts:
+        each = max(1, budget // len(open_parts))
+        for p in list(open_parts):
+            take = min(each, remaining[p] - shares[p], budget)
+            shares[p] += take
+            budget -= take
+            if shares[p] >= remaining[p]:
+                open_parts.remove(p)
+            if budget == 0:
+                break
+    return shares
+
+
+class _Cursor:
+    """Reads one partition's records sequentially from an offset, a segment at a time."""
+
+    def __init__(self, segments: list[Path], offset: int):
+        self._segments = list(segments)
+        self._counts = [count_records(s) for s in self._segments]
+        self._index, self._skip = 0, offset
+        while self._index < len(self._segments) and self._skip >= self._counts[self._index]:
+            self._skip -= self._counts[self._index]
+            self._index += 1
+        if self._index == len(self._segments) and self._skip > 0:
+            raise InvalidPosition(f"offset {offset} is beyond the {sum(self._counts)} records of this partition")
+        self.remaining = sum(self._counts[self._index:]) - self._skip
+        self._loaded: pa.Table | None = None
+
+    def take(self, n: int) -> pa.Table:
+        parts: list[pa.Table] = []
+        while n > 0:
+            if self._loaded is None:
+                self._loaded = read_jsonl_events(self._segments[self._index]).slice(self._skip)
+                self._skip = 0
+            chunk = self._loaded.slice(0, n)
+            parts.append(chunk)
+            n -= chunk.num_rows
+            self.remaining -= chunk.num_rows
+            self._loaded = self._loaded.slice(chunk.num_rows)
+            if self._loaded.num_rows == 0:
+                self._loaded = None
+                self._index += 1
+        return pa.concat_tables(parts) if parts else empty_events()

@@ -1,0 +1,68 @@
+"""Position vectors: one offset per source partition, never a single max.
+
+A vector is a mapping ``{partition: offset}``; a partition absent from a vector is at offset 0.
+Vectors are kept per source name: ``{source: {partition: offset}}``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Mapping
+
+from lakepub.errors import InvalidPosition
+
+Vector = dict[str, int]
+
+
+def parse_vector(text: str | Mapping[str, int], what: str = "position") -> Vector:
+    """Parse a JSON object (or mapping) of partition -> non-negative int offset."""
+    if isinstance(text, str):
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise InvalidPosition(f"{what} vector is not valid JSON: {text!r} ({exc.msg})") from None
+    else:
+        raw = dict(text)
+    if not isinstance(raw, dict):
+        raise InvalidPosition(f"{what} vector must be a JSON object like {{\"p0\": 4}}, got {text!r}")
+    vector: Vector = {}
+    for key, value in raw.items():
+        if not isinstance(key, str) or not key:
+            raise InvalidPosition(f"{what} vector has an empty partition name")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidPosition(f"{what} vector offset for partition '{key}' must be an int >= 0, got {value!r}")
+        vector[key] = value
+    return vector
+
+
+def normalize(vector: Mapping[str, int]) -> Vector:
+    """Drop zero offsets so that equal positions compare equal."""
+    return {k: int(v) for k, v in sorted(vector.items()) if v}
+
+
+def same_position(a: Mapping[str, int], b: Mapping[str, int]) -> bool:
+    return normalize(a) == normalize(b)
+
+
+def check_range(start: Vector, end: Vector) -> int:
+    """Validate that ``end`` does not go back from ``start``; return the number of records covered."""
+    total = 0
+    for part in sorted(set(start) | set(end)):
+        lo, hi = start.get(part, 0), end.get(part, 0)
+        if hi < lo:
+            raise InvalidPosition(f"end offset {hi} of partition '{part}' is before its start offset {lo}")
+        total += hi - lo
+    return total
+
+
+def advance(positions: Mapping[str, Mapping[str, int]], source: str, end: Vector) -> dict[str, Vector]:
+    """Return the full per-source positions with ``source`` moved to ``end``."""
+    out = {s: normalize(v) for s, v in positions.items()}
+    merged = dict(out.get(source, {}))
+    merged.update(end)
+    out[source] = normalize(merged)
+    return dict(sorted(out.items()))
+
+
+def dumps(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,1 @@
+"""The publish protocol: projection of versioned events, partition rewrite, commit with retries."""

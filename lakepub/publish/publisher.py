@@ -1,0 +1,226 @@
+"""The publish protocol, one batch at a time.
+
+1. validate the batch's range (events were validated when read);
+2. the start vector must equal the committed vector of its source, else the batch is either
+   already published (same identity in the history: success, nothing to do) or stale (refused);
+3. project the batch against the ledger (conflicts block the publish);
+4. rewrite the affected partitions of the published table;
+5. write the new files, then commit ledger + published table (whose snapshot summary carries the
+   checkpoint) in one atomic catalog commit that asserts both expected parents;
+6. a lost race reloads and starts over from step 2, a bounded number of times with backoff.
+
+A crash anywhere before the pointer swap publishes nothing (the files written are orphans for
+the janitor); a crash after it is recognised as "already published" on retry.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import warnings
+from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+
+from lakepub import duck, positions
+from lakepub.config import DatasetSpec
+from lakepub.errors import BlockedError, CommitContention, InvalidPosition, OutcomeUnknown, PayloadConflict, StaleStart
+from lakepub.faults import fault_point
+from lakepub.identity import BatchIdentity, events_digest
+from lakepub.positions import Vector
+from lakepub.publish.projection import project
+from lakepub.publish.rewrite import rewrite_partitions
+from lakepub.store import audit
+from lakepub.store.commit import CommitConflict, TableChange, commit_atomically
+from lakepub.store.layout import LEDGER_ARROW, SUMMARY_ARROW, DatasetTables, ensure_tables, load_tables, partitions_filter
+from lakepub.store.record import Counts, PublishRecord, find_batch, latest_record
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    status: str  # "published" or "already-published"
+    dataset: str
+    batch_id: str
+    snapshot_id: int | None
+    source: str
+    start: Vector
+    end: Vector
+    positions: dict[str, Vector]
+    counts: Counts
+    partitions: list[str] = field(default_factory=list)
+    attempts: int = 1
+
+    def as_dict(self) -> dict[str, object]:
+        out = asdict(self)
+        out["counts"] = asdict(self.counts)
+        return out
+
+
+class Publisher:
+    """Publishes batches of one dataset. Keeps a catalog handle and one DuckDB connection."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        namespace: str,
+        spec: DatasetSpec,
+        duck_factory: Callable[[], duckdb.DuckDBPyConnection],
+        *,
+        max_attempts: int = 10,
+        backoff_s: float = 0.05,
+        max_backoff_s: float = 2.0,
+    ):
+        self.catalog, self.namespace, self.spec = catalog, namespace, spec
+        self._duck_factory = duck_factory
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
+        ensure_tables(catalog, namespace, spec.name, spec.partition)
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        if self._con is None:
+            self._con = self._duck_factory()
+        return self._con
+
+    def publish(self, events: pa.Table, *, source: str, start: Vector, end: Vector) -> PublishResult:
+        covered = positions.check_range(start, end)
+        if covered != events.num_rows:
+            raise InvalidPosition(
+                f"batch has {events.num_rows} events but positions {positions.dumps(start)} -> "
+                f"{positions.dumps(end)} cover {covered} records"
+            )
+        identity = BatchIdentity(self.spec.name, source, start, end, events_digest(events))
+        try:
+            return self._publish_with_retries(events, identity)
+        except BlockedError as exc:
+            self._audit(identity, exc, events.num_rows)
+            raise
+
+    def _publish_with_retries(self, events: pa.Table, identity: BatchIdentity) -> PublishResult:
+        for attempt in range(1, self.max_attempts + 1):
+            tables = load_tables(self.catalog, self.namespace, self.spec.name)
+            done = self._check_position(tables.summary, identity, attempt)
+            if done is not None:
+                return done
+            try:
+                return self._attempt(tables, events, identity, attempt)
+            except CommitConflict:
+                time.sleep(self._backoff(attempt))
+            except OutcomeUnknown:
+                # The database may have committed. Its state is definite now: look it up.
+                found = find_batch(self.catalog.load_table(tables.summary.name()), identity.batch_id)
+                if found is None:
+                    raise
+                return self._already_published(identity, found[0].snapshot_id, found[1].positions, attempt)
+        raise CommitContention(
+            f"gave up after {self.max_attempts} attempts: concurrent writers kept moving dataset "
+            f"'{self.spec.name}'; nothing was published by this batch, retry it"
+        )
+
+    def _check_position(self, summary: Table, identity: BatchIdentity, attempt: int) -> PublishResult | None:
+        record = latest_record(summary)
+        committed = (record.positions if record else {}).get(identity.source, {})
+        if positions.same_position(identity.start, committed):
+            return None
+        found = find_batch(summary, identity.batch_id)
+        if found is not None:
+            return self._already_published(identity, found[0].snapshot_id, found[1].positions, attempt)
+        raise StaleStart(identity.source, positions.normalize(identity.start), positions.normalize(committed))
+
+    def _attempt(self, tables: DatasetTables, events: pa.Table, identity: BatchIdentity, attempt: int) -> PublishResult:
+        con = self.con
+        ledger_sql = _scan(tables.ledger)
+        projection = project(con, events, ledger_sql)
+        rewrite = rewrite_partitions(con, _scan(tables.summary), projection.deltas, self.spec.partition)
+        counts = replace(projection.counts, partitions_rewritten=len(rewrite.partitions))
+        previous = latest_record(tables.summary)
+        new_positions = positions.advance(previous.positions if previous else {}, identity.source, identity.end)
+
+        ledger_tx = None
+        ledger_snapshot = tables.ledger.metadata.current_snapshot_id
+        if projection.new_ledger_rows.num_rows:
+            ledger_tx = tables.ledger.transaction()
+            ledger_tx.append(_ledger_rows(projection.new_ledger_rows, identity.batch_id),
+                             snapshot_properties={"lakepub.batch-id": identity.batch_id})
+            ledger_snapshot = ledger_tx.table_metadata.current_snapshot_id
+
+        record = PublishRecord(
+            batch_id=identity.batch_id,
+            batch=identity.as_dict(),
+            positions=new_positions,
+            contract=self.spec.contract.schema_ref,
+            schema_id=tables.summary.metadata.current_schema_id,
+            checksums=rewrite.checksums,
+            counts=counts,
+            totals=(previous.totals if previous else Counts()) + counts,
+            ledger_snapshot=ledger_snapshot,
+        )
+        summary_tx = tables.summary.transaction()
+        props = record.to_properties()
+        if rewrite.partitions:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "Delete operation did not match any records" on new partitions
+                summary_tx.overwrite(rewrite.rows, overwrite_filter=partitions_filter(rewrite.partitions, self.spec.partition),
+                                     snapshot_properties=props)
+        else:
+            summary_tx.append(SUMMARY_ARROW.empty_table(), snapshot_properties=props)
+        fault_point("after-data-write")
+
+        commit_atomically(self.catalog, [TableChange(tables.ledger, ledger_tx), TableChange(tables.summary, summary_tx)])
+        fault_point("after-commit")
+        return PublishResult(
+            status="published",
+            dataset=self.spec.name,
+            batch_id=identity.batch_id,
+            snapshot_id=summary_tx.table_metadata.current_snapshot_id,
+            source=identity.source,
+            start=positions.normalize(identity.start),
+            end=positions.normalize(identity.end),
+            positions=new_positions,
+            counts=counts,
+            partitions=rewrite.partitions,
+            attempts=attempt,
+        )
+
+    def _already_published(self, identity: BatchIdentity, snapshot_id: int, committed: dict[str, Vector],
+                           attempt: int) -> PublishResult:
+        return PublishResult(
+            status="already-published",
+            dataset=self.spec.name,
+            batch_id=identity.batch_id,
+            snapshot_id=snapshot_id,
+            source=identity.source,
+            start=positions.normalize(identity.start),
+            end=positions.normalize(identity.end),
+            positions=committed,
+            counts=Counts(),
+            attempts=attempt,
+        )
+
+    def _backoff(self, attempt: int) -> float:
+        wait = min(self.backoff_s * (2 ** (attempt - 1)), self.max_backoff_s)
+        return wait + random.uniform(0, wait)
+
+    def _audit(self, identity: BatchIdentity, exc: BlockedError, n_events: int) -> None:
+        outcome = "conflict" if isinstance(exc, PayloadConflict) else "stale-start"
+        entry = audit.AuditEntry(self.spec.name, identity.source, identity.batch_id, outcome, exc.one_line(), n_events)
+        try:
+            audit.record(self.catalog, self.namespace, entry)
+        except Exception as err:  # the refusal itself must reach the user even if the audit write fails
+            warnings.warn(f"could not record the refused batch in the audit table: {err}", stacklevel=2)
+
+
+def _scan(table: Table) -> str | None:
+    if table.metadata.current_snapshot_id is None:
+        return None
+    return duck.scan_sql(table.metadata_location)
+
+
+def _ledger_rows(rows: pa.Table, batch_id: str) -> pa.Table:
+    batch = pa.array([batch_id], pa.string()).take(pa.array(np.zeros(rows.num_rows, dtype=np.int64)))
+    return rows.append_column("batch_id", batch).cast(LEDGER_ARROW)

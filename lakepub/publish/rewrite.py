@@ -1,0 +1,70 @@
+"""Apply per-day deltas to the affected partitions of the published table.
+
+Only partitions containing a day with a non-zero delta are read and rewritten; every other
+partition keeps its files. A correction that moves an order to another day retracts it from the
+old day's partition and adds it to the new one in the same rewrite, so both change in one commit.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import date
+
+import duckdb
+import pyarrow as pa
+
+from lakepub.errors import LakepubError
+from lakepub.identity import partition_checksum
+from lakepub.store.layout import SUMMARY_ARROW, partition_label, partition_range
+
+
+@dataclass(frozen=True)
+class PartitionRewrite:
+    rows: pa.Table  # the full new content of the affected partitions
+    partitions: list[str]  # labels of the affected partitions
+    checksums: dict[str, str]  # label -> checksum of its new content (empty partitions included)
+
+
+def rewrite_partitions(
+    con: duckdb.DuckDBPyConnection,
+    summary_sql: str | None,
+    deltas: dict[date, tuple[int, int]],
+    grain: str,
+) -> PartitionRewrite:
+    labels = sorted({partition_label(day, grain) for day in deltas})
+    current: dict[date, tuple[int, int]] = {}
+    if summary_sql is not None and labels:
+        ranges = " OR ".join(
+            f"(day >= DATE '{lo.isoformat()}' AND day < DATE '{hi.isoformat()}')"
+            for lo, hi in (partition_range(label, grain) for label in labels)
+        )
+        for day, cents, orders in con.execute(f"SELECT day, cents, orders FROM {summary_sql} WHERE {ranges}").fetchall():
+            current[day] = (cents, orders)
+
+    merged = dict(current)
+    for day, (d_cents, d_orders) in deltas.items():
+        cents, orders = merged.get(day, (0, 0))
+        cents, orders = cents + d_cents, orders + d_orders
+        if orders < 0 or cents < 0 or (orders == 0 and cents != 0):
+            raise LakepubError(
+                f"internal inconsistency on {day}: applying delta ({d_cents}, {d_orders}) to {merged.get(day)} "
+                "gives a negative total; the published table does not match the ledger (run 'lakepub verify --deep')"
+            )
+        merged[day] = (cents, orders)
+
+    by_partition: dict[str, list[tuple[date, int, int]]] = defaultdict(list)
+    for day, (cents, orders) in sorted(merged.items()):
+        if orders > 0:
+            by_partition[partition_label(day, grain)].append((day, cents, orders))
+    rows = [row for label in labels for row in by_partition.get(label, [])]
+    table = pa.table(
+        {
+            "day": pa.array([r[0] for r in rows], pa.date32()),
+            "cents": pa.array([r[1] for r in rows], pa.int64()),
+            "orders": pa.array([r[2] for r in rows], pa.int64()),
+        },
+        schema=SUMMARY_ARROW,
+    )
+    checksums = {label: partition_checksum(by_partition.get(label, [])) for label in labels}
+    return PartitionRewrite(rows=table, partitions=labels, checksums=checksums)

@@ -1,0 +1,215 @@
+"""Read-side reports: status, publish log and verification of published partitions."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timezone
+
+from lakepub import duck
+from lakepub.errors import VerifyFailed
+from lakepub.identity import partition_checksum
+from lakepub.landing import LandingSource
+from lakepub.store import audit
+from lakepub.store.layout import ledger_id, partition_label
+from lakepub.store.record import Counts, published_history
+from lakepub.workspace import Workspace
+
+
+@dataclass(frozen=True)
+class LandingStatus:
+    folder: str
+    pending: int
+    oldest_unprocessed: str | None
+    oldest_age_s: float | None
+
+
+@dataclass(frozen=True)
+class DatasetStatus:
+    dataset: str
+    contract: str
+    published: bool
+    snapshot_id: int | None = None
+    published_at: str | None = None
+    last_batch_id: str | None = None
+    positions: dict[str, dict[str, int]] = field(default_factory=dict)
+    partitions: int = 0
+    days: int = 0
+    live_orders: int = 0
+    cents: int = 0
+    totals: Counts = field(default_factory=Counts)
+    conflicts: int = 0
+    stale_refused: int = 0
+    landing: LandingStatus | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    snapshot_id: int
+    committed_at: str
+    batch_id: str
+    source: str
+    start: dict[str, int]
+    end: dict[str, int]
+    counts: Counts
+    partitions: list[str]
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    dataset: str
+    snapshot_id: int | None
+    partitions_checked: int
+    mismatches: list[str]
+    deep: bool
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+    def as_dict(self) -> dict[str, object]:
+        return {**asdict(self), "ok": self.ok}
+
+
+def status(ws: Workspace, dataset: str, *, landing: str | None = None) -> DatasetStatus:
+    spec = ws.dataset(dataset)
+    table = ws._summary_table(dataset)  # noqa: SLF001 - same package
+    refused = _refused_counts(ws, dataset)
+    snapshot = table.current_snapshot() if table is not None else None
+    if snapshot is None:
+        return DatasetStatus(dataset, spec.contract.schema_ref, False, landing=_landing(ws, dataset, {}, landing), **refused)
+    history = next(published_history(table), None)
+    record = history[1] if history else None
+    con = duck.connect(ws.config.catalog)
+    try:
+        days, orders, cents = con.execute(
+            f"SELECT count(*), coalesce(sum(orders), 0), coalesce(sum(cents), 0) FROM {duck.scan_sql(table.metadata_location)}"
+        ).fetchone()
+        part_days = con.execute(f"SELECT day FROM {duck.scan_sql(table.metadata_location)}").fetchall()
+    finally:
+        con.close()
+    partitions = {partition_label(d, spec.partition) for (d,) in part_days}
+    positions = record.positions if record else {}
+    return DatasetStatus(
+        dataset=dataset,
+        contract=record.contract if record else spec.contract.schema_ref,
+        published=True,
+        snapshot_id=snapshot.snapshot_id,
+        published_at=_iso(snapshot.timestamp_ms),
+        last_batch_id=record.batch_id if record else None,
+        positions=positions,
+        partitions=len(partitions),
+        days=days,
+        live_orders=int(orders),
+        cents=int(cents),
+        totals=record.totals if record else Counts(),
+        landing=_landing(ws, dataset, positions.get(spec.source, {}), landing),
+        **refused,
+    )
+
+
+def log(ws: Workspace, dataset: str, limit: int | None = None) -> list[LogEntry]:
+    table = ws._summary_table(dataset)  # noqa: SLF001
+    if table is None:
+        return []
+    out = []
+    for snapshot, record in published_history(table):
+        out.append(LogEntry(
+            snapshot_id=snapshot.snapshot_id,
+            committed_at=_iso(snapshot.timestamp_ms),
+            batch_id=record.batch_id,
+            source=str(record.batch.get("source", "")),
+            start=dict(record.batch.get("start", {})),  # type: ignore[arg-type]
+            end=dict(record.batch.get("end", {})),  # type: ignore[arg-type]
+            counts=record.counts,
+            partitions=sorted(record.checksums),
+        ))
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+def verify(ws: Workspace, dataset: str, *, deep: bool = False) -> VerifyReport:
+    """Recompute each published partition's checksum and compare it with the one recorded when it
+    was last rewritten. With ``deep``, also recompute the whole table from the ledger."""
+    spec = ws.dataset(dataset)
+    table = ws._summary_table(dataset)  # noqa: SLF001
+    if table is None or table.current_snapshot() is None:
+        return VerifyReport(dataset, None, 0, [], deep)
+    recorded: dict[str, str] = {}
+    for _, record in published_history(table):
+        for label, checksum in record.checksums.items():
+            recorded.setdefault(label, checksum)
+    con = duck.connect(ws.config.catalog)
+    try:
+        rows = con.execute(f"SELECT day, cents, orders FROM {duck.scan_sql(table.metadata_location)}").fetchall()
+        by_partition: dict[str, list[tuple[date, int, int]]] = defaultdict(list)
+        for day, cents, orders in rows:
+            by_partition[partition_label(day, spec.partition)].append((day, cents, orders))
+        mismatches = []
+        for label in sorted(set(recorded) | set(by_partition)):
+            actual = partition_checksum(by_partition.get(label, []))
+            if label not in recorded:
+                mismatches.append(f"partition {label}: has data but no recorded checksum")
+            elif recorded[label] != actual:
+                mismatches.append(f"partition {label}: checksum {actual[:12]} != recorded {recorded[label][:12]}")
+        if deep:
+            mismatches += _deep_check(ws, dataset, con, rows)
+    finally:
+        con.close()
+    return VerifyReport(dataset, table.current_snapshot().snapshot_id, len(set(recorded) | set(by_partition)), mismatches, deep)
+
+
+def raise_if_failed(report: VerifyReport) -> None:
+    if not report.ok:
+        raise VerifyFailed(f"verify {report.dataset}: {len(report.mismatches)} mismatch(es): {report.mismatches[0]}")
+
+
+def _deep_check(ws: Workspace, dataset: str, con, rows: list[tuple[date, int, int]]) -> list[str]:
+    ledger = ws.catalog.load_table(ledger_id(ws.config.namespace, dataset))
+    if ledger.metadata.current_snapshot_id is None:
+        return [f"{len(rows)} published day(s) but the ledger is empty"] if rows else []
+    expected = con.execute(f"""
+        SELECT day, sum(cents)::BIGINT, count(*)::BIGINT FROM (
+            SELECT * FROM {duck.scan_sql(ledger.metadata_location)}
+            QUALIFY row_number() OVER (PARTITION BY order_id ORDER BY version DESC) = 1
+        ) WHERE NOT deleted GROUP BY day""").fetchall()
+    want = {d: (c, o) for d, c, o in expected}
+    have = {d: (c, o) for d, c, o in rows}
+    return [f"day {d}: published {have.get(d)} but the ledger gives {want.get(d)}"
+            for d in sorted(set(want) | set(have)) if want.get(d) != have.get(d)]
+
+
+def _refused_counts(ws: Workspace, dataset: str) -> dict[str, int]:
+    table = audit.audit_table(ws.catalog, ws.config.namespace)
+    if table is None or table.metadata.current_snapshot_id is None:
+        return {"conflicts": 0, "stale_refused": 0}
+    con = duck.connect(ws.config.catalog)
+    try:
+        conflicts, stale = con.execute(
+            f"SELECT count(*) FILTER (WHERE outcome = 'conflict'), count(*) FILTER (WHERE outcome = 'stale-start') "
+            f"FROM {duck.scan_sql(table.metadata_location)} WHERE dataset = ?", [dataset]
+        ).fetchone()
+    finally:
+        con.close()
+    return {"conflicts": conflicts, "stale_refused": stale}
+
+
+def _landing(ws: Workspace, dataset: str, committed: dict[str, int], override: str | None) -> LandingStatus | None:
+    spec = ws.dataset(dataset)
+    src = LandingSource(ws.config.landing_dir(spec.source, override))
+    if not src.exists():
+        return None
+    backlog = src.backlog(committed)
+    return LandingStatus(str(src.folder), backlog.total_pending,
+                         str(backlog.oldest_unprocessed) if backlog.oldest_unprocessed else None, backlog.oldest_age_s)
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,1 @@
+"""Iceberg storage: table layouts, snapshot summary records, the atomic multi-table commit."""

@@ -1,0 +1,119 @@
+"""Atomic multi-table commit for pyiceberg's SQL catalog (SQLite or PostgreSQL).
+
+pyiceberg 0.12 commits one table at a time. lakepub needs the ledger and the published table
+(which carries the checkpoint) to become visible together, so this module does for several
+tables what ``SqlCatalog.commit_table`` does for one:
+
+1. for each table, load its current metadata from the catalog, validate the transaction's
+   requirements against it (``AssertRefSnapshotId`` fails early if the table moved) and stage the
+   new metadata (``Catalog._update_and_stage_table``), then write the new metadata file;
+2. in ONE database transaction, compare-and-set every table's ``metadata_location`` from the
+   location staged in step 1 to the new one; if any row count is 0 the whole transaction rolls
+   back, so a race lost after staging publishes nothing.
+
+A table can take part with requirements only (no updates): its pointer is compare-and-set to
+itself, which makes the commit fail if that table moved in the meantime.
+
+This uses non-public pyiceberg methods, hence the exact pin in pyproject.toml; the tests cover it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table, Transaction
+from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID, TableRequirement, TableUpdate
+from sqlalchemy import update
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
+
+from lakepub.errors import ConfigError, OutcomeUnknown
+from lakepub.faults import fault_point
+
+
+class CommitConflict(Exception):
+    """A requirement failed or a pointer moved: nothing was committed, reload and retry."""
+
+
+@dataclass
+class TableChange:
+    """One table's part of an atomic commit: a transaction, or an assertion that it did not move."""
+
+    table: Table
+    transaction: Transaction | None = None
+
+    def requirements_and_updates(self) -> tuple[tuple[TableRequirement, ...], tuple[TableUpdate, ...]]:
+        uuid = AssertTableUUID(uuid=self.table.metadata.table_uuid)
+        if self.transaction is None:
+            pinned = AssertRefSnapshotId(ref="main", snapshot_id=self.table.metadata.current_snapshot_id)
+            return (uuid, pinned), ()
+        tx = self.transaction
+        return (*tx._requirements, uuid), tx._updates  # noqa: SLF001 - see module docstring
+
+
+def commit_atomically(catalog: Catalog, changes: list[TableChange]) -> dict[str, str]:
+    """Commit all changes or none; return {table name: new metadata location}.
+
+    Raises CommitConflict when the commit certainly did not land (safe to rebuild and retry) and
+    OutcomeUnknown when the database did not confirm the final COMMIT.
+    """
+    if not isinstance(catalog, SqlCatalog):
+        raise ConfigError(
+            f"atomic publish needs a SQL catalog (type: sql); this workspace uses {type(catalog).__name__}"
+        )
+    staged: list[tuple[tuple[str, ...], str, str]] = []
+    for change in changes:
+        ident = change.table.name()
+        current = catalog.load_table(ident)
+        requirements, updates = change.requirements_and_updates()
+        try:
+            new = catalog._update_and_stage_table(current, ident, requirements, updates)  # noqa: SLF001
+        except CommitFailedException as exc:
+            raise CommitConflict(str(exc)) from exc
+        if updates:
+            catalog._write_metadata(  # noqa: SLF001
+                metadata=new.metadata, io=new.io, metadata_path=new.metadata_location
+            )
+            staged.append((ident, current.metadata_location, new.metadata_location))
+        else:
+            staged.append((ident, current.metadata_location, current.metadata_location))
+    fault_point("before-pointer-swap")
+    _swap_pointers(catalog, staged)
+    return {".".join(ident): new for ident, _, new in staged}
+
+
+def _swap_pointers(catalog: SqlCatalog, staged: list[tuple[tuple[str, ...], str, str]]) -> None:
+    session = Session(catalog.engine)
+    try:
+        for ident, old, new in staged:
+            namespace = Catalog.namespace_to_string(Catalog.namespace_from(ident))
+            stmt = (
+                update(IcebergTables)
+                .where(
+                    IcebergTables.catalog_name == catalog.name,
+                    IcebergTables.table_namespace == namespace,
+                    IcebergTables.table_name == Catalog.table_name_from(ident),
+                    IcebergTables.metadata_location == old,
+                )
+                .values(metadata_location=new, previous_metadata_location=old)
+            )
+            if session.execute(stmt).rowcount < 1:
+                session.rollback()
+                raise CommitConflict(f"table {'.'.join(ident)} was updated by another writer")
+    except OperationalError as exc:  # e.g. "database is locked" before COMMIT: nothing landed
+        session.rollback()
+        raise CommitConflict(" ".join(str(exc.orig).split())) from exc
+    try:
+        session.commit()
+    except OperationalError as exc:
+        if "locked" in str(exc.orig).lower():
+            session.rollback()
+            raise CommitConflict(" ".join(str(exc.orig).split())) from exc
+        raise OutcomeUnknown(f"catalog did not confirm the commit: {' '.join(str(exc.orig).split())}") from exc
+    except Exception as exc:  # connection lost during COMMIT: it may or may not have landed
+        raise OutcomeUnknown(f"catalog did not confirm the commit: {exc}") from exc
+    finally:
+        session.close()

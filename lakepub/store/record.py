@@ -1,0 +1,130 @@
+"""What every published snapshot records in its Iceberg snapshot summary.
+
+The published table's snapshot summary is the checkpoint: it carries the full position vector of
+every source, so the data and the positions become visible in the same commit. Keys::
+
+    lakepub.batch-id        batch identity (sha256, see lakepub.identity)
+    lakepub.batch           the identity's fields as JSON (dataset, source, start, end, events sha256)
+    lakepub.positions       {source: {partition: offset}} after this publish, for every source
+    lakepub.contract        schema_ref of the contract the batch was validated against
+    lakepub.schema-id       Iceberg schema id of the published table
+    lakepub.checksums       {partition: sha256} of each partition this publish rewrote
+    lakepub.counts          this batch's counts
+    lakepub.totals          running totals of the counts over all publishes
+    lakepub.ledger-snapshot the ledger snapshot committed together with this one
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Iterator
+
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+
+from lakepub import positions as pos
+
+PREFIX = "lakepub."
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Per-batch counters; ``totals`` in a record are sums of these over all publishes."""
+
+    events: int = 0
+    new_versions: int = 0
+    duplicates: int = 0
+    stale: int = 0
+    deletes: int = 0
+    orders_changed: int = 0
+    partitions_rewritten: int = 0
+
+    def __add__(self, other: "Counts") -> "Counts":
+        return Counts(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    @classmethod
+    def from_json(cls, text: str | None) -> "Counts":
+        raw = json.loads(text) if text else {}
+        return cls(**{f.name: int(raw.get(f.name, 0)) for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class PublishRecord:
+    batch_id: str
+    batch: dict[str, object]
+    positions: dict[str, dict[str, int]]
+    contract: str
+    schema_id: int
+    checksums: dict[str, str]
+    counts: Counts
+    totals: Counts
+    ledger_snapshot: int | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def to_properties(self) -> dict[str, str]:
+        props = {
+            "lakepub.batch-id": self.batch_id,
+            "lakepub.batch": pos.dumps(self.batch),
+            "lakepub.positions": pos.dumps(self.positions),
+            "lakepub.contract": self.contract,
+            "lakepub.schema-id": str(self.schema_id),
+            "lakepub.checksums": pos.dumps(self.checksums),
+            "lakepub.counts": pos.dumps(asdict(self.counts)),
+            "lakepub.totals": pos.dumps(asdict(self.totals)),
+        }
+        if self.ledger_snapshot is not None:
+            props["lakepub.ledger-snapshot"] = str(self.ledger_snapshot)
+        props.update(self.extra)
+        return props
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str]) -> "PublishRecord | None":
+        if "lakepub.batch-id" not in props:
+            return None
+        ledger = props.get("lakepub.ledger-snapshot")
+        return cls(
+            batch_id=props["lakepub.batch-id"],
+            batch=json.loads(props.get("lakepub.batch", "{}")),
+            positions=json.loads(props.get("lakepub.positions", "{}")),
+            contract=props.get("lakepub.contract", ""),
+            schema_id=int(props.get("lakepub.schema-id", "0")),
+            checksums=json.loads(props.get("lakepub.checksums", "{}")),
+            counts=Counts.from_json(props.get("lakepub.counts")),
+            totals=Counts.from_json(props.get("lakepub.totals")),
+            ledger_snapshot=int(ledger) if ledger else None,
+        )
+
+
+def snapshot_record(snapshot: Snapshot | None) -> PublishRecord | None:
+    if snapshot is None or snapshot.summary is None:
+        return None
+    return PublishRecord.from_properties(dict(snapshot.summary.additional_properties))
+
+
+def published_history(table: Table) -> Iterator[tuple[Snapshot, PublishRecord]]:
+    """Publishes on the table's main branch, newest first.
+
+    A publish can span two snapshots (delete, then append) committed together; only the
+    last one, the one the catalog pointer moved to, is reported.
+    """
+    seen: set[str] = set()
+    snapshot = table.current_snapshot()
+    while snapshot is not None:
+        record = snapshot_record(snapshot)
+        if record is not None and record.batch_id not in seen:
+            seen.add(record.batch_id)
+            yield snapshot, record
+        parent = snapshot.parent_snapshot_id
+        snapshot = table.snapshot_by_id(parent) if parent is not None else None
+
+
+def latest_record(table: Table) -> PublishRecord | None:
+    return snapshot_record(table.current_snapshot())
+
+
+def find_batch(table: Table, batch_id: str) -> tuple[Snapshot, PublishRecord] | None:
+    for snapshot, record in published_history(table):
+        if record.batch_id == batch_id:
+            return snapshot, record
+    return None

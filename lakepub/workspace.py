@@ -1,0 +1,174 @@
+"""The Python API: a workspace facade used by the CLI, scripts and schedulers.
+
+>>> ws = Workspace.open(".")
+>>> result = ws.publish("orders_daily", "batch.jsonl", source="orders", start={"p0": 0}, end={"p0": 4})
+>>> ws.run("orders_daily")                       # drain the landing folder
+>>> ws.connect().sql("SELECT * FROM orders_daily ORDER BY day").fetchall()
+
+Every method raises ``lakepub.errors.LakepubError`` subclasses whose ``exit_code`` is the CLI's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import duckdb
+import pyarrow as pa
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.exceptions import NoSuchTableError
+
+from lakepub import duck, positions
+from lakepub.config import CONFIG_FILE, DatasetSpec, WorkspaceConfig, find_root, load_workspace
+from lakepub.errors import ConfigError, QueryError
+from lakepub.events import events_from_records, read_events
+from lakepub.landing import LandingSource
+from lakepub.positions import Vector
+from lakepub.publish.publisher import Publisher, PublishResult
+from lakepub.store.layout import summary_id
+from lakepub.store.record import latest_record
+
+EventsInput = str | Path | pa.Table | Iterable[Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    dataset: str
+    source: str
+    landing: str
+    batches: list[PublishResult] = field(default_factory=list)
+    start: Vector = field(default_factory=dict)
+    end: Vector = field(default_factory=dict)
+
+    @property
+    def events(self) -> int:
+        return sum(b.counts.events for b in self.batches)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "dataset": self.dataset, "source": self.source, "landing": self.landing,
+            "start": self.start, "end": self.end, "events": self.events,
+            "batches": [b.as_dict() for b in self.batches],
+        }
+
+
+class Workspace:
+    def __init__(self, config: WorkspaceConfig):
+        self.config = config
+        self._publishers: dict[str, Publisher] = {}
+
+    @classmethod
+    def open(cls, path: str | Path = ".", *, search_parents: bool = True) -> "Workspace":
+        path = Path(path)
+        root = find_root(path) if search_parents else path.resolve()
+        if not (root / CONFIG_FILE).is_file():
+            raise ConfigError(f"{root / CONFIG_FILE} not found; run 'lakepub init' first")
+        return cls(load_workspace(root))
+
+    @cached_property
+    def catalog(self) -> Catalog:
+        try:
+            return load_catalog(self.config.catalog_name, **self.config.catalog_properties())
+        except Exception as exc:  # pyiceberg raises many types for a bad catalog configuration
+            raise ConfigError(f"cannot open catalog '{self.config.catalog_name}': {' '.join(str(exc).split())}") from exc
+
+    def dataset(self, name: str) -> DatasetSpec:
+        return self.config.dataset(name)
+
+    def publisher(self, dataset: str) -> Publisher:
+        if dataset not in self._publishers:
+            spec = self.dataset(dataset)
+            self._publishers[dataset] = Publisher(
+                self.catalog, self.config.namespace, spec, lambda: duck.connect(self.config.catalog)
+            )
+        return self._publishers[dataset]
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def publish(self, dataset: str, events: EventsInput, *, source: str | None = None,
+                start: Mapping[str, int] | str, end: Mapping[str, int] | str) -> PublishResult:
+        """Publish one batch; returns the snapshot id, batch identity and counts."""
+        spec = self.dataset(dataset)
+        start_v = positions.parse_vector(start, "start")
+        end_v = positions.parse_vector(end, "end")
+        return self.publisher(dataset).publish(
+            _events_table(events), source=source or spec.source, start=start_v, end=end_v
+        )
+
+    def run(self, dataset: str, *, landing: str | Path | None = None, max_batch: int = 100_000,
+            on_batch: Callable[[PublishResult, int], None] | None = None,
+            on_start: Callable[[int], None] | None = None) -> RunResult:
+        """Publish everything the landing source holds past the committed position, batch by batch.
+
+        ``on_start(pending_records)`` and ``on_batch(result, pending_after)`` report progress.
+        """
+        spec = self.dataset(dataset)
+        src = LandingSource(self.config.landing_dir(spec.source, Path(landing) if landing else None))
+        if not src.exists():
+            raise ConfigError(f"landing folder {src.folder} does not exist")
+        publisher = self.publisher(dataset)
+        committed = self.committed_positions(dataset).get(spec.source, {})
+        pending = src.backlog(committed).total_pending
+        if on_start:
+            on_start(pending)
+        results: list[PublishResult] = []
+        position = dict(committed)
+        for events, start, end in src.batches(committed, max_batch):
+            result = publisher.publish(events, source=spec.source, start=start, end=end)
+            results.append(result)
+            position = end
+            pending -= events.num_rows
+            if on_batch:
+                on_batch(result, pending)
+        return RunResult(dataset, spec.source, str(src.folder), results,
+                         positions.normalize(committed), positions.normalize(position))
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def committed_positions(self, dataset: str) -> dict[str, Vector]:
+        table = self._summary_table(dataset)
+        record = latest_record(table) if table is not None else None
+        return record.positions if record else {}
+
+    def published_tables(self) -> dict[str, str]:
+        """{dataset: metadata location} of every dataset that has been published."""
+        out = {}
+        for name in sorted(self.config.datasets):
+            table = self._summary_table(name)
+            if table is not None and table.metadata.current_snapshot_id is not None:
+                out[name] = table.metadata_location
+        return out
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        """A DuckDB connection with a view per published dataset, pinned to its published snapshot."""
+        con = duck.connect(self.config.catalog)
+        for name, location in self.published_tables().items():
+            con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM {duck.scan_sql(location)}')
+        return con
+
+    def query(self, sql: str) -> pa.Table:
+        con = self.connect()
+        try:
+            return con.execute(sql).fetch_arrow_table()
+        except duckdb.Error as exc:
+            raise QueryError(f"query failed: {' '.join(str(exc).split())}") from None
+        finally:
+            con.close()
+
+    def _summary_table(self, dataset: str):
+        self.dataset(dataset)
+        try:
+            return self.catalog.load_table(summary_id(self.config.namespace, dataset))
+        except NoSuchTableError:
+            return None
+
+
+def _events_table(events: EventsInput) -> pa.Table:
+    if isinstance(events, pa.Table):
+        return events_from_records(events.to_pylist(), "<arrow table>")
+    if isinstance(events, (str, Path)):
+        return read_events(Path(events))
+    return events_from_records(events)
+
