@@ -6,7 +6,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
 
-from lakepub import duck
+from lakepub import duck, output
 from lakepub.errors import VerifyFailed
 from lakepub.identity import partition_checksum
 from lakepub.landing import LandingSource
@@ -213,3 +213,24 @@ def _landing(ws: Workspace, dataset: str, committed: dict[str, int], override: s
 
 def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+def status_text(s: DatasetStatus) -> str:
+    lines = [f"{s.dataset}  ({s.contract})"]
+    if not s.published:
+        lines.append("  not published yet")
+    else:
+        t = s.totals
+        lines += [
+            f"  published snapshot  {s.snapshot_id} at {s.published_at} (batch {s.last_batch_id[:12] if s.last_batch_id else '-'})",
+            *[f"  position {src:<11} {output.vector(vec)}" for src, vec in sorted(s.positions.items())],
+            f"  partitions          {s.partitions} ({s.days} days)",
+            f"  live orders         {s.live_orders}   cents {s.cents}",
+            f"  events              {t.events} (new versions {t.new_versions}, duplicates {t.duplicates}, "
+            f"stale {t.stale}, superseded {t.superseded}, deletes {t.deletes})",
+        ]
+    lines.append(f"  refused             conflicts {s.conflicts}, stale starts {s.stale_refused}")
+    if s.landing is not None:
+        lines.append(f"  landing             {s.landing.pending} unprocessed record(s), oldest "
+                     f"{output.human_age(s.landing.oldest_age_s)} ({s.landing.oldest_unprocessed or '-'})")
+    return "\n".join(lines)

@@ -88,15 +88,18 @@ def _project(con: duckdb.DuckDBPyConnection, n_events: int, ledger_sql: str | No
             UNION ALL
             SELECT day, cents, 1 FROM lp_changed WHERE NOT deleted
         ) GROUP BY day HAVING sum(dc) <> 0 OR sum(dn) <> 0 ORDER BY day""").fetchall()
-    new_versions, changed, deletes = con.execute("""
-        SELECT (SELECT count(*) FROM lp_new), count(*), count(*) FILTER (WHERE deleted) FROM lp_changed
-    """).fetchone()
+    new_versions, stale, changed, deletes = con.execute("""
+        SELECT (SELECT count(*) FROM lp_new),
+               (SELECT count(*) FROM lp_new n JOIN lp_before b USING (order_id) WHERE n.version < b.version),
+               count(*), count(*) FILTER (WHERE deleted)
+        FROM lp_changed""").fetchone()
     new_rows = con.execute(f"SELECT {_PAYLOAD} FROM lp_new ORDER BY order_id, version").fetch_arrow_table()
     counts = Counts(
         events=n_events,
         new_versions=new_versions,
         duplicates=n_events - new_versions,
-        stale=new_versions - changed,
+        stale=stale,
+        superseded=new_versions - changed - stale,
         deletes=deletes,
         orders_changed=changed,
     )

@@ -35,7 +35,8 @@ class Counts:
     events: int = 0
     new_versions: int = 0
     duplicates: int = 0
-    stale: int = 0
+    stale: int = 0  # new versions below the version already published: ignored
+    superseded: int = 0  # new versions overtaken by a higher version in the same batch
     deletes: int = 0
     orders_changed: int = 0
     partitions_rewritten: int = 0

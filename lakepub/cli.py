@@ -1,0 +1,244 @@
+"""The ``lakepub`` command line: thin click commands over ``lakepub.workspace.Workspace``.
+
+Exit codes: 0 ok (including "already published"), 1 verify mismatch or internal error,
+2 invalid input or configuration, 3 refused by the protocol (payload conflict, stale start),
+4 failed and safe to retry (commit contention), 5 outcome unknown (check ``lakepub log``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from lakepub import output, reports
+from lakepub.errors import LakepubError
+from lakepub.workspace import Workspace
+
+EXIT_CODES_HELP = (
+    "Exit codes: 0 ok (also: batch already published), 1 verify mismatch or internal error, "
+    "2 invalid input or config, 3 refused (payload conflict, stale start), 4 failed and safe to retry, "
+    "5 outcome unknown."
+)
+
+
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """One error handler: a LakepubError becomes one line on stderr and its exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except LakepubError as exc:
+            click.echo(f"error: {exc.one_line()}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted: nothing was published by the batch in progress", err=True)
+            sys.exit(130)
+        except Exception as exc:  # a bug: say so in one line, traceback on request
+            if os.environ.get("LAKEPUB_DEBUG"):
+                traceback.print_exc()
+            click.echo(f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())} "
+                       "(set LAKEPUB_DEBUG=1 for a traceback)", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+def _ws(ctx: click.Context) -> Workspace:
+    return Workspace.open(ctx.obj["workspace"])
+
+
+format_option = click.option("--format", "fmt", type=click.Choice(output.FORMATS), default="table",
+                             show_default=True, help="Output format.")
+
+
+@click.group(epilog=EXIT_CODES_HELP)
+@click.option("-w", "--workspace", type=click.Path(file_okay=False, path_type=Path), default=".",
+              envvar="LAKEPUB_WORKSPACE", show_default=True,
+              help="Workspace folder (holding lakepub.yaml, or below it). Env: LAKEPUB_WORKSPACE.")
+@click.version_option(package_name="lakepub")
+@click.pass_context
+def main(ctx: click.Context, workspace: Path) -> None:
+    """Publish full-state entity events as atomic Iceberg snapshots; read them with DuckDB."""
+    ctx.ensure_object(dict)
+    ctx.obj["workspace"] = workspace
+
+
+@main.command()
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path), default=".")
+@click.option("--force", is_flag=True, help="Overwrite existing template files.")
+@handle_errors
+def init(folder: Path, force: bool) -> None:
+    """Create a workspace in FOLDER: lakepub.yaml (SQLite catalog + local warehouse under .lakepub/),
+    catalog/ with the orders_daily dataset and its contract, and landing/."""
+    from lakepub.init import init_workspace
+
+    for path in init_workspace(folder, force=force):
+        click.echo(f"wrote {path}")
+    click.echo(f"next: lakepub -w {folder} run orders_daily   (after putting events in landing/orders/<partition>/)")
+
+
+@main.command()
+@click.argument("dataset")
+@click.option("--events", "events_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Events file: JSON Lines (.jsonl) or Parquet (.parquet).")
+@click.option("--source", default=None, help="Source name (default: the dataset's source).")
+@click.option("--start", required=True, help='Start position vector, e.g. \'{"p0": 0}\'.')
+@click.option("--end", required=True, help='End position vector, e.g. \'{"p0": 4}\'.')
+@format_option
+@click.pass_context
+@handle_errors
+def publish(ctx: click.Context, dataset: str, events_path: Path, source: str | None, start: str, end: str, fmt: str) -> None:
+    """Publish one batch of events as a new snapshot of DATASET.
+
+    The start vector must equal the committed position of the source; a batch that is already
+    published exits 0 and says so."""
+    result = _ws(ctx).publish(dataset, events_path, source=source, start=start, end=end)
+    if fmt == "json":
+        click.echo(output.to_json(result.as_dict()))
+        return
+    if result.status == "already-published":
+        click.echo(f"already published: batch {result.batch_id[:12]} is in snapshot {result.snapshot_id}; nothing to do")
+        return
+    c = result.counts
+    click.echo(f"published {dataset} snapshot {result.snapshot_id} (batch {result.batch_id[:12]})")
+    click.echo(f"  events {c.events}, new versions {c.new_versions}, duplicates {c.duplicates}, stale {c.stale}, "
+               f"superseded {c.superseded}, "
+               f"deletes {c.deletes}, orders changed {c.orders_changed}")
+    click.echo(f"  partitions rewritten: {', '.join(result.partitions) or 'none'}")
+    click.echo(f"  position {result.source}: {output.vector(result.end)}")
+
+
+@main.command()
+@click.argument("dataset")
+@click.option("--landing", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="The source's landing folder (default: <workspace>/landing/<source>).")
+@click.option("--max-batch", type=click.IntRange(min=1), default=100_000, show_default=True,
+              help="Most records per published batch.")
+@format_option
+@click.pass_context
+@handle_errors
+def run(ctx: click.Context, dataset: str, landing: Path | None, max_batch: int, fmt: str) -> None:
+    """Publish everything in the landing folder past the committed position, batch by batch.
+
+    Safe to run again at any time: with nothing new it publishes nothing."""
+    ws = _ws(ctx)
+    bar: Any = None
+
+    def on_start(pending: int) -> None:
+        nonlocal bar
+        if pending and fmt != "json":
+            bar = click.progressbar(length=pending, label=f"publishing {dataset}", file=sys.stderr,
+                                    show_pos=True, item_show_func=lambda s: s)
+            bar.__enter__()
+
+    def on_batch(result: Any, pending: int) -> None:
+        if bar is not None:
+            bar.update(result.counts.events or 0, f"snapshot {result.snapshot_id}")
+
+    try:
+        result = ws.run(dataset, landing=landing, max_batch=max_batch, on_start=on_start, on_batch=on_batch)
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    if fmt == "json":
+        click.echo(output.to_json(result.as_dict()))
+        return
+    if not result.batches:
+        click.echo(f"nothing new in {result.landing}; {dataset} is at {output.vector(result.end)}")
+        return
+    changed = sum(b.counts.orders_changed for b in result.batches)
+    dups = sum(b.counts.duplicates for b in result.batches)
+    click.echo(f"published {len(result.batches)} batch(es), {result.events} events ({changed} order changes, "
+               f"{dups} duplicates ignored); {result.source} now at {output.vector(result.end)}")
+
+
+@main.command()
+@click.argument("sql")
+@click.option("--format", "fmt", type=click.Choice(output.QUERY_FORMATS), default="table", show_default=True)
+@click.pass_context
+@handle_errors
+def query(ctx: click.Context, sql: str, fmt: str) -> None:
+    """Run SQL in DuckDB over the published tables (one view per dataset, e.g. orders_daily)."""
+    click.echo(output.render_query(_ws(ctx).query(sql), fmt))
+
+
+@main.command()
+@click.argument("dataset", required=False)
+@click.option("--landing", default=None, help="Landing folder to measure the backlog of (default: the source's).")
+@format_option
+@click.pass_context
+@handle_errors
+def status(ctx: click.Context, dataset: str | None, landing: str | None, fmt: str) -> None:
+    """Published snapshot, positions, partitions, totals, counts and landing backlog."""
+    ws = _ws(ctx)
+    names = [dataset] if dataset else sorted(ws.config.datasets)
+    statuses = [reports.status(ws, name, landing=landing) for name in names]
+    if fmt == "json":
+        click.echo(output.to_json([s.as_dict() for s in statuses]))
+        return
+    for s in statuses:
+        click.echo(reports.status_text(s))
+
+
+@main.command()
+@click.argument("dataset")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Show only the newest N publishes.")
+@format_option
+@click.pass_context
+@handle_errors
+def log(ctx: click.Context, dataset: str, limit: int | None, fmt: str) -> None:
+    """Publish history of DATASET, newest first."""
+    entries = reports.log(_ws(ctx), dataset, limit)
+    if fmt == "json":
+        click.echo(output.to_json([e.as_dict() for e in entries]))
+        return
+    rows = [[e.snapshot_id, e.committed_at, e.batch_id[:12], e.source, output.vector(e.end), e.counts.events,
+             e.counts.orders_changed, ",".join(e.partitions) if len(e.partitions) <= 3 else f"{len(e.partitions)} partitions"]
+            for e in entries]
+    click.echo(output.table(["snapshot", "committed", "batch", "source", "end", "events", "changed", "rewrote"], rows))
+
+
+@main.command()
+@click.argument("dataset")
+@click.option("--deep", is_flag=True, help="Also recompute the whole table from the ledger.")
+@format_option
+@click.pass_context
+@handle_errors
+def verify(ctx: click.Context, dataset: str, deep: bool, fmt: str) -> None:
+    """Recompute the checksum of every published partition; exit 1 on any mismatch."""
+    report = reports.verify(_ws(ctx), dataset, deep=deep)
+    if fmt == "json":
+        click.echo(output.to_json(report.as_dict()))
+    elif report.ok:
+        click.echo(f"ok: {report.partitions_checked} partition(s) of {dataset} match their checksums"
+                   + (" and the ledger" if deep else ""))
+    else:
+        for line in report.mismatches:
+            click.echo(f"mismatch: {line}", err=True)
+    reports.raise_if_failed(report)
+
+
+@main.command()
+@click.option("--dir", "folder", type=click.Path(file_okay=False, path_type=Path), default=Path("lakepub-demo"),
+              show_default=True, help="Workspace folder to create (must not hold a workspace yet).")
+@click.option("--events", type=click.IntRange(min=1000), default=200_000, show_default=True)
+@click.option("--days", type=click.IntRange(min=1), default=90, show_default=True)
+@click.option("--seed", type=int, default=7, show_default=True)
+@click.option("--max-batch", type=click.IntRange(min=1), default=50_000, show_default=True)
+@handle_errors
+def demo(folder: Path, events: int, days: int, seed: int, max_batch: int) -> None:
+    """The main job end to end: generate a realistic order stream, publish it, show the result."""
+    from lakepub.demo import run_demo
+
+    run_demo(folder, events=events, days=days, seed=seed, max_batch=max_batch, echo=click.echo)
+
+
+if __name__ == "__main__":
+    main()
