@@ -29,10 +29,25 @@ def extension_path(name: str) -> Path:
     return path
 
 
+_BASES: dict[tuple[tuple[str, str], ...], duckdb.DuckDBPyConnection] = {}
+
+
 def connect(catalog_properties: Mapping[str, str] | None = None, *, s3: bool | None = None) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection able to ``iceberg_scan`` the warehouse of the given catalog."""
+    """A DuckDB connection able to ``iceberg_scan`` the warehouse of the given catalog.
+
+    Loading the extensions costs ~0.1 s, so one in-memory database per catalog configuration is
+    kept for the process and each call returns a new connection (cursor) to it. Views that
+    callers create should be TEMP views: those are private to the returned connection.
+    """
+    key = tuple(sorted((str(k), str(v)) for k, v in (catalog_properties or {}).items())) + (("s3", str(s3)),)
+    base = _BASES.get(key)
+    if base is None:
+        base = _BASES[key] = _new_database(dict(catalog_properties or {}), s3)
+    return base.cursor()
+
+
+def _new_database(props: dict[str, str], s3: bool | None) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
-    props = dict(catalog_properties or {})
     for name in ("avro", "iceberg"):
         con.execute(f"LOAD '{extension_path(name)}'")
     if s3 is None:

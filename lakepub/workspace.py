@@ -145,13 +145,13 @@ class Workspace:
         """A DuckDB connection with a view per published dataset, pinned to its published snapshot."""
         con = duck.connect(self.config.catalog)
         for name, location in self.published_tables().items():
-            con.execute(f'CREATE VIEW "{name}" AS SELECT * FROM {duck.scan_sql(location)}')
+            con.execute(f'CREATE TEMP VIEW "{name}" AS SELECT * FROM {duck.scan_sql(location)}')
         return con
 
     def query(self, sql: str) -> pa.Table:
         con = self.connect()
         try:
-            return con.execute(sql).fetch_arrow_table()
+            return con.execute(sql).to_arrow_table()
         except duckdb.Error as exc:
             raise QueryError(f"query failed: {' '.join(str(exc).split())}") from None
         finally:

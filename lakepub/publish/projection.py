@@ -93,7 +93,7 @@ def _project(con: duckdb.DuckDBPyConnection, n_events: int, ledger_sql: str | No
                (SELECT count(*) FROM lp_new n JOIN lp_before b USING (order_id) WHERE n.version < b.version),
                count(*), count(*) FILTER (WHERE deleted)
         FROM lp_changed""").fetchone()
-    new_rows = con.execute(f"SELECT {_PAYLOAD} FROM lp_new ORDER BY order_id, version").fetch_arrow_table()
+    new_rows = con.execute(f"SELECT {_PAYLOAD} FROM lp_new ORDER BY order_id, version").to_arrow_table()
     counts = Counts(
         events=n_events,
         new_versions=new_versions,

@@ -1,0 +1,95 @@
+"""Shared fixtures: a fresh embedded-default workspace per test, CLI runners, state snapshots."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from lakepub.cli import main
+from lakepub.init import init_workspace
+from lakepub.store.layout import ledger_id, summary_id
+from lakepub.workspace import Workspace
+
+A1 = {"order_id": "A", "version": 1, "day": "2025-10-01", "cents": 100, "deleted": False}
+A2 = {"order_id": "A", "version": 2, "day": "2025-10-02", "cents": 150, "deleted": False}
+B2 = {"order_id": "B", "version": 2, "day": None, "cents": None, "deleted": True}
+B1 = {"order_id": "B", "version": 1, "day": "2025-10-01", "cents": 70, "deleted": False}
+SEED_EVENTS = [A1, A2, B2, B1]
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+    def json(self):
+        return json.loads(self.out)
+
+
+def write_jsonl(path: Path, events: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path
+
+
+@pytest.fixture
+def ws_path(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    init_workspace(root)
+    return root
+
+
+@pytest.fixture
+def ws(ws_path: Path) -> Workspace:
+    return Workspace.open(ws_path)
+
+
+@pytest.fixture
+def cli(ws_path: Path):
+    """Run the CLI in-process against the test workspace."""
+
+    def run(*args: str) -> CliResult:
+        result = CliRunner().invoke(main, ["-w", str(ws_path), *args], catch_exceptions=False)
+        return CliResult(result.exit_code, result.stdout, result.stderr)
+
+    return run
+
+
+@pytest.fixture
+def cli_process(ws_path: Path):
+    """Run the CLI as a separate process (needed when it is meant to die)."""
+
+    def run(*args: str, env: dict[str, str] | None = None) -> CliResult:
+        proc = subprocess.run(
+            [sys.executable, "-m", "lakepub.cli", "-w", str(ws_path), *args],
+            capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=120,
+        )
+        return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
+
+
+def published_pointers(ws: Workspace, dataset: str = "orders_daily") -> tuple[str, str]:
+    """The catalog's metadata pointers of a dataset's tables: equal pointers = unchanged state."""
+    catalog = Workspace.open(ws.config.root).catalog
+    ns = ws.config.namespace
+    return (catalog.load_table(summary_id(ns, dataset)).metadata_location,
+            catalog.load_table(ledger_id(ns, dataset)).metadata_location)
+
+
+def summary_rows(ws: Workspace, dataset: str = "orders_daily") -> list[tuple]:
+    fresh = Workspace.open(ws.config.root)
+    return [tuple(r.values()) for r in fresh.query(f"SELECT day::VARCHAR, cents, orders FROM {dataset} ORDER BY day").to_pylist()]
+
+
+def ledger_count(ws: Workspace, dataset: str = "orders_daily") -> int:
+    fresh = Workspace.open(ws.config.root)
+    table = fresh.catalog.load_table(ledger_id(fresh.config.namespace, dataset))
+    return len(table.scan().to_arrow())
