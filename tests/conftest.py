@@ -78,10 +78,17 @@ def cli_process(ws_path: Path):
 
 def published_pointers(ws: Workspace, dataset: str = "orders_daily") -> tuple[str, str]:
     """The catalog's metadata pointers of a dataset's tables: equal pointers = unchanged state."""
+    from pyiceberg.exceptions import NoSuchTableError
+
     catalog = Workspace.open(ws.config.root).catalog
     ns = ws.config.namespace
-    return (catalog.load_table(summary_id(ns, dataset)).metadata_location,
-            catalog.load_table(ledger_id(ns, dataset)).metadata_location)
+    out = []
+    for ident in (summary_id(ns, dataset), ledger_id(ns, dataset)):
+        try:
+            out.append(catalog.load_table(ident).metadata_location)
+        except NoSuchTableError:
+            out.append(None)
+    return tuple(out)
 
 
 def summary_rows(ws: Workspace, dataset: str = "orders_daily") -> list[tuple]:

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Create .venv and install lakepub with its pinned dependencies (duckdb + extensions, pyiceberg).
+# Idempotent: re-running only installs what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "error: lakepub needs Python >= 3.11 (found $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2
+  exit 2
+fi
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
+.venv/bin/python -c 'import lakepub, duckdb; from lakepub.duck import extension_path; [extension_path(n) for n in ("avro", "iceberg", "httpfs")]' \
+  || { echo "error: lakepub did not install correctly" >&2; exit 1; }

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# One command on a fresh machine: set up, then run the whole test suite, integration tests
+# included (PostgreSQL at 127.0.0.1:5432; S3 and Glue on a moto server the tests start).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+if command -v pg_isready >/dev/null && ! pg_isready -q -h 127.0.0.1 -p 5432; then
+  # The machine normally starts PostgreSQL; start it if it is installed but down.
+  if command -v pg_ctlcluster >/dev/null && [ -d /etc/postgresql ]; then
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
+  fi
+fi
+exec .venv/bin/python -m pytest -q -m "not slow" "$@"

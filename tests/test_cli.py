@@ -1,0 +1,66 @@
+"""The CLI contract: init, help, read commands in JSON, verify's exit code."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pyarrow as pa
+from click.testing import CliRunner
+
+from conftest import A1, A2, B2
+from lakepub.cli import main
+from lakepub.store.layout import SUMMARY_ARROW
+from lakepub.workspace import Workspace
+
+
+def test_init_writes_the_embedded_default(tmp_path):
+    res = CliRunner().invoke(main, ["init", str(tmp_path / "w")])
+    assert res.exit_code == 0
+    for rel in ("lakepub.yaml", "catalog/datasets/orders_daily.yaml", "catalog/contracts/orders@v1.0.yaml"):
+        assert (tmp_path / "w" / rel).is_file()
+    again = CliRunner().invoke(main, ["init", str(tmp_path / "w")])
+    assert again.exit_code == 2 and "already exists" in again.stderr
+
+
+def test_repo_catalog_matches_the_init_templates():
+    from pathlib import Path
+
+    repo = Path(__file__).parent.parent
+    for rel in ("datasets/orders_daily.yaml", "contracts/orders@v1.0.yaml"):
+        assert (repo / "catalog" / rel).read_text() == (repo / "lakepub/templates/catalog" / rel).read_text()
+
+
+def test_no_workspace_is_a_one_line_error(tmp_path):
+    res = CliRunner().invoke(main, ["-w", str(tmp_path), "status"])
+    assert res.exit_code == 2 and "run 'lakepub init' first" in res.stderr
+
+
+def test_help_lists_commands_and_exit_codes():
+    res = CliRunner().invoke(main, ["--help"])
+    for word in ("publish", "run", "query", "status", "log", "verify", "demo", "Exit codes"):
+        assert word in res.output
+
+
+def test_read_commands_in_json(ws: Workspace, cli):
+    ws.publish("orders_daily", [A1], start={}, end={"p0": 1})
+    ws.publish("orders_daily", [A2, B2], start={"p0": 1}, end={"p0": 3})
+    status = cli("status", "--format", "json").json()
+    assert status[0]["live_orders"] == 1 and status[0]["cents"] == 150 and status[0]["partitions"] == 1
+    assert status[0]["positions"] == {"orders": {"p0": 3}}
+    log = cli("log", "orders_daily", "--format", "json").json()
+    assert [e["end"] for e in log] == [{"p0": 3}, {"p0": 1}]
+    assert log[0]["counts"]["deletes"] == 1
+    assert "snapshot" in cli("log", "orders_daily").out
+    verify = cli("verify", "orders_daily", "--format", "json")
+    assert verify.code == 0 and verify.json()["ok"] is True
+    assert cli("query", "SELECT nope FROM orders_daily").code == 2
+
+
+def test_verify_detects_a_tampered_partition(ws: Workspace, cli):
+    ws.publish("orders_daily", [A1], start={}, end={"p0": 1})
+    assert cli("verify", "orders_daily").code == 0
+    table = ws.catalog.load_table(("lakepub", "orders_daily"))
+    forged = pa.Table.from_pylist([{"day": date(2025, 10, 1), "cents": 1, "orders": 1}], schema=SUMMARY_ARROW)
+    table.overwrite(forged)  # a write that bypassed lakepub
+    res = cli("verify", "orders_daily")
+    assert res.code == 1 and "mismatch" in res.err

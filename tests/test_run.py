@@ -1,0 +1,77 @@
+"""`lakepub run` drains a landing source from the committed position; status reports the backlog."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pyarrow as pa
+
+from conftest import published_pointers
+from lakepub.generate import generate_stream, oracle_summary, read_stream
+from lakepub.workspace import Workspace
+
+
+def _published(ws: Workspace) -> dict:
+    fresh = Workspace.open(ws.config.root)
+    return {r["day"]: (r["cents"], r["orders"]) for r in fresh.query("SELECT * FROM orders_daily").to_pylist()}
+
+
+def test_run_in_batches_equals_oracle_and_rerun_publishes_nothing(ws: Workspace, cli):
+    landing = ws.config.landing_dir("orders")
+    stats = generate_stream(landing, events=6000, partitions=2, days=40, seed=11, segment_size=1000)
+    res = cli("run", "orders_daily", "--max-batch", "1500", "--format", "json")
+    assert res.code == 0, res.err
+    out = res.json()
+    assert len(out["batches"]) == 4 and out["events"] == stats.events
+    assert sum(out["end"].values()) == stats.events
+    assert _published(ws) == oracle_summary(read_stream(landing))
+    before = published_pointers(ws)
+    again = cli("run", "orders_daily")
+    assert again.code == 0 and "nothing new" in again.out
+    assert published_pointers(ws) == before
+
+
+def test_run_picks_up_appended_segments_and_reports_backlog_age(ws: Workspace, cli):
+    landing = ws.config.landing_dir("orders")
+    p0 = landing / "p0"
+    p0.mkdir(parents=True)
+    (p0 / "00000.jsonl").write_text(
+        json.dumps({"order_id": "A", "version": 1, "day": "2025-10-01", "cents": 100, "deleted": False}) + "\n")
+    assert cli("run", "orders_daily").code == 0
+    seg = p0 / "00001.jsonl"
+    seg.write_text(
+        json.dumps({"order_id": "A", "version": 2, "day": "2025-10-02", "cents": 150, "deleted": False}) + "\n"
+        + json.dumps({"order_id": "B", "version": 2, "day": None, "cents": None, "deleted": True}) + "\n")
+    old = time.time() - 7200
+    os.utime(seg, (old, old))
+    status = cli("status", "orders_daily", "--format", "json").json()[0]
+    assert status["landing"]["pending"] == 2
+    assert status["landing"]["oldest_age_s"] >= 7000
+    assert status["landing"]["oldest_unprocessed"].endswith("00001.jsonl")
+    text = cli("status", "orders_daily").out
+    assert "2 unprocessed record(s), oldest 2.0h" in text
+    assert cli("run", "orders_daily", "--max-batch", "1").code == 0
+    assert _published(ws) == {__import__("datetime").date(2025, 10, 2): (150, 1)}
+    status = cli("status", "orders_daily", "--format", "json").json()[0]
+    assert status["positions"] == {"orders": {"p0": 3}}
+    assert status["landing"]["pending"] == 0
+    assert status["totals"]["deletes"] == 1
+
+
+def test_run_stops_at_an_invalid_record_with_file_and_line(ws: Workspace, cli):
+    p0 = ws.config.landing_dir("orders") / "p0"
+    p0.mkdir(parents=True)
+    good = json.dumps({"order_id": "A", "version": 1, "day": "2025-10-01", "cents": 1, "deleted": False})
+    (p0 / "00000.jsonl").write_text(good + "\n" + good.replace('"cents": 1', '"cents": "x"') + "\n")
+    ws.publisher("orders_daily")  # creates the (empty) tables
+    before = published_pointers(ws)
+    res = cli("run", "orders_daily")
+    assert res.code == 2 and "00000.jsonl:2" in res.err and "'cents'" in res.err
+    assert published_pointers(ws) == before
+
+
+def test_publish_accepts_an_arrow_table(ws: Workspace):
+    table = pa.Table.from_pylist([{"order_id": "Z", "version": 1, "day": "2025-05-05", "cents": 9, "deleted": False}])
+    assert ws.publish("orders_daily", table, start={}, end={"p0": 1}).counts.orders_changed == 1
