@@ -100,3 +100,58 @@ def ledger_count(ws: Workspace, dataset: str = "orders_daily") -> int:
     fresh = Workspace.open(ws.config.root)
     table = fresh.catalog.load_table(ledger_id(fresh.config.namespace, dataset))
     return len(table.scan().to_arrow())
+
+
+# --- catalog backends -------------------------------------------------------------------------
+
+PG_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
+
+
+def _pg_admin():
+    psycopg2 = pytest.importorskip("psycopg2")
+    try:
+        con = psycopg2.connect(PG_DSN)
+    except psycopg2.OperationalError as exc:
+        pytest.skip(f"no PostgreSQL server answers at 127.0.0.1:5432 ({' '.join(str(exc).split())})")
+    con.autocommit = True
+    return con
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh PostgreSQL database for one test, dropped afterwards."""
+    import uuid
+
+    name = f"lakepub_test_{uuid.uuid4().hex[:12]}"
+    admin = _pg_admin()
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}"
+    finally:
+        from sqlalchemy.pool import NullPool  # noqa: F401 - engines are disposed with their processes
+
+        with admin.cursor() as cur:
+            cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                        (name,))
+            cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.close()
+
+
+def set_catalog(root: Path, **catalog: str) -> None:
+    """Rewrite the workspace's catalog mapping."""
+    import yaml
+
+    path = root / "lakepub.yaml"
+    config = yaml.safe_load(path.read_text())
+    config["catalog"] = {"name": "lakepub", **catalog}
+    path.write_text(yaml.safe_dump(config))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.integration)])
+def backend_ws(request, ws_path: Path) -> Workspace:
+    """A workspace on the embedded SQLite catalog, or on a PostgreSQL catalog."""
+    if request.param == "postgres":
+        url = request.getfixturevalue("pg_url")
+        set_catalog(ws_path, type="sql", uri=url, warehouse=".lakepub/warehouse")
+    return Workspace.open(ws_path)

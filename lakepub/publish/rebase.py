@@ -1,0 +1,51 @@
+"""Rebasing a publish that lost the commit race.
+
+When another writer (typically a publisher of another source) committed first, our projection
+is still valid if that commit touched none of our orders: per-day deltas commute, so they can be
+re-applied as they are onto the new published partitions. Only the ledger files added since our
+base snapshot are read to decide this, so the check costs what the concurrent batches wrote, not
+what the ledger holds. Otherwise the projection is recomputed against the new state.
+"""
+
+from __future__ import annotations
+
+import duckdb
+from pyiceberg.manifest import ManifestEntryStatus
+from pyiceberg.table import Table
+
+from lakepub.duck import _q
+
+
+def ledger_files_added_since(ledger: Table, base_snapshot_id: int | None) -> list[str] | None:
+    """Data files added to the ledger's main branch after ``base_snapshot_id``.
+
+    Returns None when ``base_snapshot_id`` is not an ancestor of the current snapshot (history was
+    rewritten, e.g. by compaction): the caller must then recompute.
+    """
+    files: list[str] = []
+    snapshot = ledger.current_snapshot()
+    while snapshot is not None and snapshot.snapshot_id != base_snapshot_id:
+        for manifest in snapshot.manifests(ledger.io):
+            if manifest.added_snapshot_id != snapshot.snapshot_id:
+                continue  # carried over from an earlier snapshot
+            for entry in manifest.fetch_manifest_entry(ledger.io, discard_deleted=True):
+                if entry.status == ManifestEntryStatus.ADDED and entry.snapshot_id == snapshot.snapshot_id:
+                    files.append(entry.data_file.file_path)
+        if snapshot.summary is not None and snapshot.summary.operation.value not in ("append",):
+            return None  # a rewrite (compaction) or delete: do not try to be clever
+        parent = snapshot.parent_snapshot_id
+        snapshot = ledger.snapshot_by_id(parent) if parent is not None else None
+    if snapshot is None and base_snapshot_id is not None:
+        return None
+    return files
+
+
+def touches_orders(con: duckdb.DuckDBPyConnection, files: list[str], events_view: str) -> bool:
+    """Whether any of the ledger ``files`` holds an order_id of ``events_view``."""
+    if not files:
+        return False
+    paths = ", ".join(f"'{_q(p)}'" for p in files)
+    row = con.execute(
+        f"SELECT 1 FROM read_parquet([{paths}]) WHERE order_id IN (SELECT order_id FROM {events_view}) LIMIT 1"
+    ).fetchone()
+    return row is not None
