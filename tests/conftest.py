@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import uuid
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -104,38 +106,49 @@ def ledger_count(ws: Workspace, dataset: str = "orders_daily") -> int:
 
 # --- catalog backends -------------------------------------------------------------------------
 
-PG_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres connect_timeout=3"
+PG_HOST = os.environ.get("LAKEPUB_TEST_PG_HOST", "127.0.0.1")
+PG_PORT = int(os.environ.get("LAKEPUB_TEST_PG_PORT", "5432"))
+PG_USER = os.environ.get("LAKEPUB_TEST_PG_USER", "postgres")
+
+
+def _pg_answers(timeout: float = 2.0) -> bool:
+    try:
+        with socket.create_connection((PG_HOST, PG_PORT), timeout=timeout):
+            return True
+    except OSError:
+        return False
 
 
 def _pg_admin():
-    psycopg2 = pytest.importorskip("psycopg2")
-    try:
-        con = psycopg2.connect(PG_DSN)
-    except psycopg2.OperationalError as exc:
-        pytest.skip(f"no PostgreSQL server answers at 127.0.0.1:5432 ({' '.join(str(exc).split())})")
-    con.autocommit = True
+    import psycopg2
+
+    con = psycopg2.connect(host=PG_HOST, port=PG_PORT, user=PG_USER, dbname="postgres", connect_timeout=5)
+    con.autocommit = True  # CREATE/DROP DATABASE cannot run inside a transaction
     return con
 
 
 @pytest.fixture
-def pg_url():
-    """A fresh PostgreSQL database for one test, dropped afterwards."""
-    import uuid
-
-    name = f"lakepub_test_{uuid.uuid4().hex[:12]}"
+def pg_url() -> str:
+    """``postgresql+psycopg2://`` URL of a fresh database, dropped (connections terminated) afterwards."""
+    if not _pg_answers():
+        pytest.skip(f"no PostgreSQL server answers on {PG_HOST}:{PG_PORT}")
+    db = f"lakepub_it_{uuid.uuid4().hex[:12]}"
     admin = _pg_admin()
-    with admin.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield f"postgresql+psycopg2://postgres@127.0.0.1:5432/{name}"
-    finally:
-        from sqlalchemy.pool import NullPool  # noqa: F401 - engines are disposed with their processes
-
         with admin.cursor() as cur:
-            cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-                        (name,))
-            cur.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        admin.close()
+            cur.execute(f'CREATE DATABASE "{db}"')
+        yield f"postgresql+psycopg2://{PG_USER}@{PG_HOST}:{PG_PORT}/{db}"
+    finally:
+        try:
+            with admin.cursor() as cur:
+                # pyiceberg's SQLAlchemy engines keep pooled connections open: end them first.
+                cur.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                    (db,),
+                )
+                cur.execute(f'DROP DATABASE IF EXISTS "{db}"')
+        finally:
+            admin.close()
 
 
 def set_catalog(root: Path, **catalog: str) -> None:

@@ -37,7 +37,7 @@ from lakepub.publish.projection import Projection, project
 from lakepub.publish.rebase import ledger_files_added_since, touches_orders
 from lakepub.publish.rewrite import rewrite_partitions
 from lakepub.store import audit
-from lakepub.store.commit import CommitConflict, TableChange, commit_atomically
+from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, require_atomic_commit
 from lakepub.store.layout import LEDGER_ARROW, SUMMARY_ARROW, DatasetTables, ensure_tables, load_tables, partitions_filter
 from lakepub.store.record import Counts, PublishRecord, find_batch, latest_record
 
@@ -81,6 +81,7 @@ class Publisher:
         self._con: duckdb.DuckDBPyConnection | None = None
         self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
         self.rebases = 0  # commit races lost and retried, for tests and benchmarks
+        require_atomic_commit(catalog)  # before anything is created or written
         ensure_tables(catalog, namespace, spec.name, spec.partition)
 
     @property

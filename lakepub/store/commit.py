@@ -54,16 +54,22 @@ class TableChange:
         return (*tx._requirements, uuid), tx._updates  # noqa: SLF001 - see module docstring
 
 
+def require_atomic_commit(catalog: Catalog) -> SqlCatalog:
+    if not isinstance(catalog, SqlCatalog):
+        raise ConfigError(
+            f"atomic publish needs a SQL catalog (type: sql, SQLite or PostgreSQL); this workspace uses "
+            f"{type(catalog).__name__}, which cannot move two tables in one commit"
+        )
+    return catalog
+
+
 def commit_atomically(catalog: Catalog, changes: list[TableChange]) -> dict[str, str]:
     """Commit all changes or none; return {table name: new metadata location}.
 
     Raises CommitConflict when the commit certainly did not land (safe to rebuild and retry) and
     OutcomeUnknown when the database did not confirm the final COMMIT.
     """
-    if not isinstance(catalog, SqlCatalog):
-        raise ConfigError(
-            f"atomic publish needs a SQL catalog (type: sql); this workspace uses {type(catalog).__name__}"
-        )
+    require_atomic_commit(catalog)
     staged: list[tuple[tuple[str, ...], str, str]] = []
     for change in changes:
         ident = change.table.name()
