@@ -226,6 +226,28 @@ def verify(ctx: click.Context, dataset: str, deep: bool, fmt: str) -> None:
 
 
 @main.command()
+@click.argument("dataset")
+@click.option("--dry-run", is_flag=True, help="Only report what compaction would do.")
+@format_option
+@click.pass_context
+@handle_errors
+def compact(ctx: click.Context, dataset: str, dry_run: bool, fmt: str) -> None:
+    """Compact DATASET's ledger: one row per order with a durable version floor, in few files.
+
+    Versions at or below an order's floor stay rejected after compaction, so replaying old events
+    changes nothing and tombstones keep holding."""
+    from lakepub.maintenance.compact import compact_ledger
+
+    result = compact_ledger(_ws(ctx), dataset, dry_run=dry_run)
+    if fmt == "json":
+        click.echo(output.to_json(result.as_dict()))
+        return
+    verb = "would compact" if dry_run else "compacted"
+    click.echo(f"{verb} {dataset} ledger: {result.rows_before} -> {result.rows_after} rows, "
+               f"{result.files_before} -> {result.files_after} files")
+
+
+@main.command()
 @click.option("--dir", "folder", type=click.Path(file_okay=False, path_type=Path), default=Path("lakepub-demo"),
               show_default=True, help="Workspace folder to create (must not hold a workspace yet).")
 @click.option("--events", type=click.IntRange(min=1000), default=200_000, show_default=True)

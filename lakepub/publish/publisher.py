@@ -245,4 +245,5 @@ def _scan(table: Table) -> str | None:
 
 def _ledger_rows(rows: pa.Table, batch_id: str) -> pa.Table:
     batch = pa.array([batch_id], pa.string()).take(pa.array(np.zeros(rows.num_rows, dtype=np.int64)))
-    return rows.append_column("batch_id", batch).cast(LEDGER_ARROW)
+    floor = pa.nulls(rows.num_rows, pa.int64())
+    return rows.append_column("batch_id", batch).append_column("floor", floor).cast(LEDGER_ARROW)

@@ -41,10 +41,12 @@ LEDGER_SCHEMA = Schema(
     NestedField(4, "cents", LongType(), required=False),
     NestedField(5, "deleted", BooleanType(), required=False),
     NestedField(6, "batch_id", StringType(), required=False),
+    # Set by compaction: every version <= floor of this order was seen; lower ones stay rejected.
+    NestedField(7, "floor", LongType(), required=False),
 )
 LEDGER_ARROW = pa.schema(
     [("order_id", pa.string()), ("version", pa.int64()), ("day", pa.date32()), ("cents", pa.int64()),
-     ("deleted", pa.bool_()), ("batch_id", pa.string())]
+     ("deleted", pa.bool_()), ("batch_id", pa.string()), ("floor", pa.int64())]
 )
 
 _TABLE_PROPERTIES = {
