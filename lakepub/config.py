@@ -8,6 +8,7 @@
       uri: sqlite:///.lakepub/catalog.db
       warehouse: .lakepub/warehouse
     namespace: lakepub  # Iceberg namespace of the published and state tables
+    commit: auto        # atomic (SQL catalogs) | ordered (any catalog); auto picks
     catalog_dir: catalog
     landing: landing
 
@@ -64,6 +65,7 @@ class WorkspaceConfig:
     namespace: str = "lakepub"
     catalog_dir: Path = Path("catalog")
     landing: Path = Path("landing")
+    commit: str = "auto"
     datasets: dict[str, DatasetSpec] = field(default_factory=dict)
 
     @property
@@ -110,6 +112,7 @@ def load_workspace(root: Path) -> WorkspaceConfig:
         namespace=str(raw.get("namespace", "lakepub")),
         catalog_dir=catalog_dir,
         landing=Path(raw.get("landing", "landing")),
+        commit=str(raw.get("commit", "auto")),
         datasets=load_datasets(root / catalog_dir),
     )
     return cfg

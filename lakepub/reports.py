@@ -12,7 +12,7 @@ from lakepub.identity import partition_checksum
 from lakepub.landing import LandingSource
 from lakepub.store import audit
 from lakepub.store.layout import ledger_id, partition_label
-from lakepub.store.record import Counts, published_history
+from lakepub.store.record import Counts, latest_record, published_history
 from lakepub.workspace import Workspace
 
 
@@ -173,17 +173,27 @@ def raise_if_failed(report: VerifyReport) -> None:
 
 def _deep_check(ws: Workspace, dataset: str, con, rows: list[tuple[date, int, int]]) -> list[str]:
     ledger = ws.catalog.load_table(ledger_id(ws.config.namespace, dataset))
-    if ledger.metadata.current_snapshot_id is None:
+    snapshot_id = _published_ledger_snapshot(ws, dataset, ledger)
+    if snapshot_id is None:
         return [f"{len(rows)} published day(s) but the ledger is empty"] if rows else []
     expected = con.execute(f"""
         SELECT day, sum(cents)::BIGINT, count(*)::BIGINT FROM (
-            SELECT * FROM {duck.scan_sql(ledger.metadata_location)}
+            SELECT * FROM {duck.scan_sql(ledger.metadata_location, snapshot_id)}
             QUALIFY row_number() OVER (PARTITION BY order_id ORDER BY version DESC) = 1
         ) WHERE NOT deleted GROUP BY day""").fetchall()
     want = {d: (c, o) for d, c, o in expected}
     have = {d: (c, o) for d, c, o in rows}
     return [f"day {d}: published {have.get(d)} but the ledger gives {want.get(d)}"
             for d in sorted(set(want) | set(have)) if want.get(d) != have.get(d)]
+
+
+def _published_ledger_snapshot(ws: Workspace, dataset: str, ledger) -> int | None:
+    """The ledger snapshot recorded by the published snapshot, if still in the ledger's metadata
+    (under the ordered commit the ledger's main may hold an unpublished append), else main."""
+    record = latest_record(ws._summary_table(dataset))  # noqa: SLF001
+    if record is not None and record.ledger_snapshot is not None and ledger.snapshot_by_id(record.ledger_snapshot):
+        return record.ledger_snapshot
+    return ledger.metadata.current_snapshot_id
 
 
 def _refused_counts(ws: Workspace, dataset: str) -> dict[str, int]:

@@ -81,7 +81,8 @@ class Workspace:
         if dataset not in self._publishers:
             spec = self.dataset(dataset)
             self._publishers[dataset] = Publisher(
-                self.catalog, self.config.namespace, spec, lambda: duck.connect(self.config.catalog)
+                self.catalog, self.config.namespace, spec, lambda: duck.connect(self.config.catalog),
+                mode=self.config.commit,
             )
         return self._publishers[dataset]
 

@@ -161,10 +161,22 @@ def set_catalog(root: Path, **catalog: str) -> None:
     path.write_text(yaml.safe_dump(config))
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.integration)])
+def set_commit_mode(root: Path, mode: str) -> None:
+    import yaml
+
+    path = root / "lakepub.yaml"
+    config = yaml.safe_load(path.read_text())
+    config["commit"] = mode
+    path.write_text(yaml.safe_dump(config))
+
+
+@pytest.fixture(params=["sqlite", "sqlite-ordered", pytest.param("postgres", marks=pytest.mark.integration)])
 def backend_ws(request, ws_path: Path) -> Workspace:
-    """A workspace on the embedded SQLite catalog, or on a PostgreSQL catalog."""
+    """A workspace on the embedded SQLite catalog (atomic commit, or the ordered commit that
+    non-SQL catalogs use), or on a PostgreSQL catalog."""
     if request.param == "postgres":
         url = request.getfixturevalue("pg_url")
         set_catalog(ws_path, type="sql", uri=url, warehouse=".lakepub/warehouse")
+    if request.param == "sqlite-ordered":
+        set_commit_mode(ws_path, "ordered")
     return Workspace.open(ws_path)

@@ -14,8 +14,8 @@ import time
 from dataclasses import asdict, dataclass
 
 from lakepub import duck
-from lakepub.errors import CommitContention
-from lakepub.store.commit import CommitConflict, TableChange, commit_atomically
+from lakepub.errors import CommitContention, ConfigError
+from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_mode
 from lakepub.store.layout import LEDGER_ARROW, ledger_id
 from lakepub.workspace import Workspace
 
@@ -36,6 +36,8 @@ class CompactionResult:
 
 def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_attempts: int = 5) -> CompactionResult:
     ws.dataset(dataset)
+    if commit_mode(ws.catalog, ws.config.commit) != "atomic":
+        raise ConfigError("ledger compaction needs the atomic commit of a SQL catalog (SQLite or PostgreSQL)")
     ident = ledger_id(ws.config.namespace, dataset)
     con = duck.connect(ws.config.catalog)
     for attempt in range(1, max_attempts + 1):

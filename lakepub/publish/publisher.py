@@ -37,7 +37,7 @@ from lakepub.publish.projection import Projection, project
 from lakepub.publish.rebase import ledger_files_added_since, touches_orders
 from lakepub.publish.rewrite import rewrite_partitions
 from lakepub.store import audit
-from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, require_atomic_commit
+from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode, reset_main
 from lakepub.store.layout import LEDGER_ARROW, SUMMARY_ARROW, DatasetTables, ensure_tables, load_tables, partitions_filter
 from lakepub.store.record import Counts, PublishRecord, find_batch, latest_record
 
@@ -75,13 +75,14 @@ class Publisher:
         max_attempts: int = 10,
         backoff_s: float = 0.05,
         max_backoff_s: float = 2.0,
+        mode: str = "auto",
     ):
         self.catalog, self.namespace, self.spec = catalog, namespace, spec
         self._duck_factory = duck_factory
         self._con: duckdb.DuckDBPyConnection | None = None
         self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
         self.rebases = 0  # commit races lost and retried, for tests and benchmarks
-        require_atomic_commit(catalog)  # before anything is created or written
+        self.ordered = commit_mode(catalog, mode) == "ordered"
         ensure_tables(catalog, namespace, spec.name, spec.partition)
 
     @property
@@ -112,13 +113,14 @@ class Publisher:
             done = self._check_position(tables.summary, identity, attempt)
             if done is not None:
                 return done
-            if projection is not None and not self._commutes(tables.ledger, base_ledger, events):
+            head = self._ledger_base(tables)
+            if projection is not None and not self._commutes(tables.ledger, base_ledger, head, events):
                 projection = None  # a concurrent publish touched our orders: recompute
             if projection is None:
-                projection = project(self.con, events, _scan(tables.ledger))
-                base_ledger = tables.ledger.metadata.current_snapshot_id
+                projection = project(self.con, events, _scan(tables.ledger, head))
+                base_ledger = head
             try:
-                return self._attempt(tables, projection, identity, attempt)
+                return self._attempt(tables, projection, identity, attempt, head)
             except CommitConflict:
                 self.rebases += 1
                 time.sleep(self._backoff(attempt))
@@ -143,11 +145,24 @@ class Publisher:
             return self._already_published(identity, found[0].snapshot_id, found[1].positions, attempt)
         raise StaleStart(identity.source, positions.normalize(identity.start), positions.normalize(committed))
 
-    def _commutes(self, ledger: Table, base_snapshot_id: int | None, events: pa.Table) -> bool:
-        """Whether the ledger commits since our base touched none of our orders."""
-        if ledger.metadata.current_snapshot_id == base_snapshot_id:
+    def _ledger_base(self, tables: DatasetTables) -> int | None:
+        """The ledger snapshot that is consistent with the published table.
+
+        Under the atomic commit it is the ledger's main branch. Under the ordered commit the
+        ledger's main may hold a crashed or raced publish's append, so the ledger snapshot
+        recorded in the published snapshot is the one to read and to build on.
+        """
+        if not self.ordered:
+            return tables.ledger.metadata.current_snapshot_id
+        record = latest_record(tables.summary)
+        return record.ledger_snapshot if record else None
+
+    def _commutes(self, ledger: Table, base_snapshot_id: int | None, head_snapshot_id: int | None,
+                  events: pa.Table) -> bool:
+        """Whether the ledger commits between our base and the new head touched none of our orders."""
+        if head_snapshot_id == base_snapshot_id:
             return True
-        files = ledger_files_added_since(ledger, base_snapshot_id)
+        files = ledger_files_added_since(ledger, base_snapshot_id, head_snapshot_id)
         if files is None:
             return False
         self.con.register("lp_rebase_events", events)
@@ -157,16 +172,17 @@ class Publisher:
             self.con.unregister("lp_rebase_events")
 
     def _attempt(self, tables: DatasetTables, projection: Projection, identity: BatchIdentity,
-                 attempt: int) -> PublishResult:
+                 attempt: int, ledger_base: int | None) -> PublishResult:
         rewrite = rewrite_partitions(self.con, _scan(tables.summary), projection.deltas, self.spec.partition)
         counts = replace(projection.counts, partitions_rewritten=len(rewrite.partitions))
         previous = latest_record(tables.summary)
         new_positions = positions.advance(previous.positions if previous else {}, identity.source, identity.end)
 
         ledger_tx = None
-        ledger_snapshot = tables.ledger.metadata.current_snapshot_id
+        ledger_snapshot = ledger_base
         if projection.new_ledger_rows.num_rows:
             ledger_tx = tables.ledger.transaction()
+            reset_main(ledger_tx, ledger_base)  # drops an unpublished append left on the ledger's main
             ledger_tx.append(_ledger_rows(projection.new_ledger_rows, identity.batch_id),
                              snapshot_properties={"lakepub.batch-id": identity.batch_id})
             ledger_snapshot = ledger_tx.table_metadata.current_snapshot_id
@@ -193,7 +209,11 @@ class Publisher:
             summary_tx.append(SUMMARY_ARROW.empty_table(), snapshot_properties=props)
         fault_point("after-data-write")
 
-        commit_atomically(self.catalog, [TableChange(tables.ledger, ledger_tx), TableChange(tables.summary, summary_tx)])
+        changes = [TableChange(tables.ledger, ledger_tx), TableChange(tables.summary, summary_tx)]
+        if self.ordered:
+            commit_in_order(self.catalog, changes)
+        else:
+            commit_atomically(self.catalog, changes)
         fault_point("after-commit")
         return PublishResult(
             status="published",
@@ -237,10 +257,16 @@ class Publisher:
             warnings.warn(f"could not record the refused batch in the audit table: {err}", stacklevel=2)
 
 
-def _scan(table: Table) -> str | None:
-    if table.metadata.current_snapshot_id is None:
+def _scan(table: Table, snapshot_id: int | None = -1) -> str | None:
+    """SQL reading ``table`` at ``snapshot_id`` (default: its current snapshot); None if empty."""
+    if snapshot_id == -1:
+        snapshot_id = table.metadata.current_snapshot_id
+        if snapshot_id is None:
+            return None
+        return duck.scan_sql(table.metadata_location)
+    if snapshot_id is None:
         return None
-    return duck.scan_sql(table.metadata_location)
+    return duck.scan_sql(table.metadata_location, snapshot_id)
 
 
 def _ledger_rows(rows: pa.Table, batch_id: str) -> pa.Table:

@@ -16,14 +16,15 @@ from pyiceberg.table import Table
 from lakepub.duck import _q
 
 
-def ledger_files_added_since(ledger: Table, base_snapshot_id: int | None) -> list[str] | None:
-    """Data files added to the ledger's main branch after ``base_snapshot_id``.
+def ledger_files_added_since(ledger: Table, base_snapshot_id: int | None,
+                             head_snapshot_id: int | None) -> list[str] | None:
+    """Data files added to the ledger between ``base_snapshot_id`` and ``head_snapshot_id``.
 
-    Returns None when ``base_snapshot_id`` is not an ancestor of the current snapshot (history was
-    rewritten, e.g. by compaction): the caller must then recompute.
+    Returns None when the base is not an ancestor of the head (history was rewritten, e.g. by
+    compaction): the caller must then recompute.
     """
     files: list[str] = []
-    snapshot = ledger.current_snapshot()
+    snapshot = ledger.snapshot_by_id(head_snapshot_id) if head_snapshot_id is not None else None
     while snapshot is not None and snapshot.snapshot_id != base_snapshot_id:
         for manifest in snapshot.manifests(ledger.io):
             if manifest.added_snapshot_id != snapshot.snapshot_id:

@@ -25,7 +25,15 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table, Transaction
-from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID, TableRequirement, TableUpdate
+from pyiceberg.table.refs import SnapshotRefType
+from pyiceberg.table.update import (
+    AssertRefSnapshotId,
+    AssertTableUUID,
+    RemoveSnapshotRefUpdate,
+    SetSnapshotRefUpdate,
+    TableRequirement,
+    TableUpdate,
+)
 from sqlalchemy import update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
@@ -54,6 +62,25 @@ class TableChange:
         return (*tx._requirements, uuid), tx._updates  # noqa: SLF001 - see module docstring
 
 
+COMMIT_MODES = ("auto", "atomic", "ordered")
+
+
+def commit_mode(catalog: Catalog, mode: str = "auto") -> str:
+    """``atomic`` (both tables in one database transaction) on SQL catalogs, else ``ordered``.
+
+    ``ordered`` works on any catalog (Glue, REST, ...): the ledger is committed first and the
+    published table's commit, which records the ledger snapshot it is consistent with, is the
+    single visibility point. It can be forced on a SQL catalog (``commit: ordered``) for testing.
+    """
+    if mode not in COMMIT_MODES:
+        raise ConfigError(f"commit mode must be one of {', '.join(COMMIT_MODES)}, got '{mode}'")
+    if mode == "auto":
+        return "atomic" if isinstance(catalog, SqlCatalog) else "ordered"
+    if mode == "atomic" and not isinstance(catalog, SqlCatalog):
+        raise ConfigError(f"commit: atomic needs a SQL catalog (SQLite or PostgreSQL), not {type(catalog).__name__}")
+    return mode
+
+
 def require_atomic_commit(catalog: Catalog) -> SqlCatalog:
     if not isinstance(catalog, SqlCatalog):
         raise ConfigError(
@@ -61,6 +88,48 @@ def require_atomic_commit(catalog: Catalog) -> SqlCatalog:
             f"{type(catalog).__name__}, which cannot move two tables in one commit"
         )
     return catalog
+
+
+def reset_main(tx: Transaction, target: int | None) -> None:
+    """Stage moving the table's main branch back to ``target`` (None: no snapshot) in ``tx``.
+
+    Under the ordered commit, an append whose publish never became visible (crash or lost race)
+    may sit on the ledger's main; the next writer builds on the published ledger snapshot instead.
+    The staged requirement asserts main is still where it was loaded.
+    """
+    current = tx.table_metadata.current_snapshot_id
+    if current == target:
+        return
+    requirement = AssertRefSnapshotId(ref="main", snapshot_id=current)
+    if target is None:
+        tx._stage((RemoveSnapshotRefUpdate(ref_name="main"),), (requirement,))  # noqa: SLF001
+    else:
+        update = SetSnapshotRefUpdate(snapshot_id=target, ref_name="main", type=SnapshotRefType.BRANCH)
+        tx._stage((update,), (requirement,))  # noqa: SLF001
+
+
+def commit_in_order(catalog: Catalog, changes: list[TableChange]) -> None:
+    """Commit each table in turn with the catalog's own single-table commit (no silent rebase).
+
+    The last change is the visibility point. A failure before it publishes nothing (earlier
+    commits are unreferenced until a published snapshot names them); a failure of the last one is
+    a conflict when the catalog says so, else an unknown outcome.
+    """
+    for index, change in enumerate(changes):
+        requirements, updates = change.requirements_and_updates()
+        if not updates:
+            continue
+        last = index == len(changes) - 1
+        if last:
+            fault_point("before-pointer-swap")
+        try:
+            catalog.commit_table(change.table, requirements, updates)
+        except CommitFailedException as exc:
+            raise CommitConflict(str(exc)) from exc
+        except Exception as exc:
+            if not last:
+                raise CommitConflict(f"commit of {'.'.join(change.table.name())} failed: {exc}") from exc
+            raise OutcomeUnknown(f"catalog did not confirm the commit: {' '.join(str(exc).split())}") from exc
 
 
 def commit_atomically(catalog: Catalog, changes: list[TableChange]) -> dict[str, str]:

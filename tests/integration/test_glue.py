@@ -1,8 +1,9 @@
 """Glue catalog on moto's server mode.
 
 pyiceberg's Glue catalog itself works against the local endpoint (namespace, table on S3, append,
-scan). lakepub's atomic ledger+summary publish needs a SQL catalog, so publishing on a Glue
-workspace must fail with one clear ConfigError line and leave no table data behind.
+scan). Glue cannot move two tables in one commit, so lakepub publishes there with the ordered
+commit (ledger first, then the published table, which names the ledger snapshot it is consistent
+with): the seed example, a crash between the two commits, and reads through DuckDB on S3.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
 from conftest import SEED_EVENTS
-from lakepub.errors import ConfigError
+from lakepub import reports
 from lakepub.store.layout import ledger_id, summary_id
 from lakepub.workspace import Workspace
 
@@ -70,32 +71,46 @@ def glue_ws(s3_endpoint, make_workspace) -> tuple[Workspace, str]:
     return ws, prefix
 
 
-def _refused_publish(ws: Workspace) -> ConfigError:
-    with pytest.raises(ConfigError) as refused:
-        ws.publish(DATASET, SEED_EVENTS, start={"p0": 0}, end={"p0": 4})
-    return refused.value
-
-
-def test_publish_on_a_glue_workspace_is_refused_with_a_config_error(glue_ws):
+def test_seed_example_published_on_glue_and_read_by_duckdb(glue_ws):
     ws, _ = glue_ws
-    error = _refused_publish(ws)
-    message = error.one_line()
-    assert str(error) == message, "the error must be one line"
-    assert "SQL catalog" in message and "GlueCatalog" in message, message
-    assert error.exit_code == 2
-
-    # Nothing was committed: no snapshot on either table and no committed position.
-    ns = ws.config.namespace
-    for ident in (summary_id(ns, DATASET), ledger_id(ns, DATASET)):
-        if ws.catalog.table_exists(ident):
-            assert ws.catalog.load_table(ident).current_snapshot() is None, ident
-    assert ws.published_tables() == {}
-    assert ws.committed_positions(DATASET) == {}
+    for i, event in enumerate(SEED_EVENTS):
+        ws.publish(DATASET, [event], start={"p0": i}, end={"p0": i + 1})
+    fresh = Workspace.open(ws.config.root)
+    assert fresh.publisher(DATASET).ordered
+    rows = fresh.query("SELECT day::VARCHAR AS day, cents, orders FROM orders_daily").to_pylist()
+    assert rows == [{"day": "2025-10-02", "cents": 150, "orders": 1}]
+    assert fresh.committed_positions(DATASET) == {"orders": {"p0": 4}}
+    assert reports.verify(fresh, DATASET, deep=True).ok
+    again = fresh.publish(DATASET, [SEED_EVENTS[3]], start={"p0": 3}, end={"p0": 4})
+    assert again.status == "already-published"
 
 
-def test_refused_glue_publish_writes_no_table_data(glue_ws, s3_endpoint):
-    ws, prefix = glue_ws
-    _refused_publish(ws)
-    keys = s3_endpoint.keys(f"{prefix}/")
-    written = [k for k in keys if k.endswith((".parquet", ".avro"))]
-    assert not written, written
+def test_glue_crash_between_the_two_commits_then_retry(glue_ws, monkeypatch):
+    """The ledger commit lands, the published-table commit does not: nothing is visible, and a
+    retry builds on the published ledger snapshot instead of the orphan append."""
+    import lakepub.store.commit as commit_module
+
+    ws, _ = glue_ws
+    ws.publish(DATASET, SEED_EVENTS[:2], start={}, end={"p0": 2})
+
+    class Crash(Exception):
+        pass
+
+    def crash(name: str) -> None:
+        if name == "before-pointer-swap":
+            raise Crash()
+
+    monkeypatch.setattr(commit_module, "fault_point", crash)
+    with pytest.raises(Crash):
+        Workspace.open(ws.config.root).publish(DATASET, SEED_EVENTS[2:], start={"p0": 2}, end={"p0": 4})
+    monkeypatch.undo()
+    fresh = Workspace.open(ws.config.root)
+    assert fresh.committed_positions(DATASET) == {"orders": {"p0": 2}}
+    ledger = fresh.catalog.load_table(ledger_id(fresh.config.namespace, DATASET))
+    assert len(ledger.scan().to_arrow()) == 4  # the orphan append sits on the ledger's main
+    fresh.publish(DATASET, SEED_EVENTS[2:], start={"p0": 2}, end={"p0": 4})
+    ledger = fresh.catalog.load_table(ledger_id(fresh.config.namespace, DATASET))
+    assert len(ledger.scan().to_arrow()) == 4  # rebuilt on the published snapshot: no double rows
+    assert reports.verify(fresh, DATASET, deep=True).ok
+    rows = fresh.query("SELECT cents, orders FROM orders_daily").to_pylist()
+    assert rows == [{"cents": 150, "orders": 1}]
