@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pyarrow as pa
 
@@ -26,9 +26,17 @@ from lakepub.positions import Vector
 
 
 def count_records(path: Path) -> int:
-    """Number of non-blank lines of a segment."""
-    with open(path, "rb") as fh:
-        return sum(1 for line in fh if line.strip())
+    """Number of non-blank lines of a segment.
+
+    When no line starts with whitespace (so none can be blank), newlines are counted at memory
+    speed; otherwise lines are stripped one by one.
+    """
+    data = path.read_bytes()
+    if not data:
+        return 0
+    if data[:1] not in (b"\n", b" ", b"\t", b"\r") and not any(p in data for p in (b"\n\n", b"\n ", b"\n\t", b"\n\r")):
+        return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    return sum(1 for line in data.split(b"\n") if line.strip())
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,15 @@ class Backlog:
 class LandingSource:
     def __init__(self, folder: Path):
         self.folder = Path(folder)
+        self._counts: dict[tuple[Path, int, int], int] = {}
+
+    def count(self, segment: Path) -> int:
+        """Records in a segment, cached while its size and modification time are unchanged."""
+        stat = segment.stat()
+        key = (segment, stat.st_size, stat.st_mtime_ns)
+        if key not in self._counts:
+            self._counts[key] = count_records(segment)
+        return self._counts[key]
 
     def exists(self) -> bool:
         return self.folder.is_dir()
@@ -65,7 +82,7 @@ class LandingSource:
         for part in self.partitions():
             offset, total, first_pending = committed.get(part, 0), 0, None
             for seg in self.segments(part):
-                n = count_records(seg)
+                n = self.count(seg)
                 if first_pending is None and total + n > offset:
                     first_pending = seg
                 total += n
@@ -84,7 +101,7 @@ class LandingSource:
         """Yield (events, start, end) batches of at most ``max_batch`` records, from ``committed`` on."""
         if max_batch < 1:
             raise InvalidPosition("--max-batch must be at least 1")
-        cursors = {p: _Cursor(self.segments(p), committed.get(p, 0)) for p in self.partitions()}
+        cursors = {p: _Cursor(self.segments(p), committed.get(p, 0), self.count) for p in self.partitions()}
         position = {p: committed.get(p, 0) for p in cursors}
         while True:
             shares = _shares({p: c.remaining for p, c in cursors.items()}, max_batch)
@@ -118,9 +135,9 @@ def _shares(remaining: dict[str, int], max_batch: int) -> dict[str, int]:
 class _Cursor:
     """Reads one partition's records sequentially from an offset, a segment at a time."""
 
-    def __init__(self, segments: list[Path], offset: int):
+    def __init__(self, segments: list[Path], offset: int, count: Callable[[Path], int] = count_records):
         self._segments = list(segments)
-        self._counts = [count_records(s) for s in self._segments]
+        self._counts = [count(s) for s in self._segments]
         self._index, self._skip = 0, offset
         while self._index < len(self._segments) and self._skip >= self._counts[self._index]:
             self._skip -= self._counts[self._index]

@@ -39,6 +39,7 @@ from lakepub.publish.rewrite import rewrite_partitions
 from lakepub.store import audit
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode, reset_main
 from lakepub.store.layout import LEDGER_ARROW, SUMMARY_ARROW, DatasetTables, ensure_tables, load_tables, partitions_filter
+from lakepub.store.write import replace_partitions
 from lakepub.store.record import Counts, PublishRecord, find_batch, latest_record
 
 
@@ -201,10 +202,8 @@ class Publisher:
         summary_tx = tables.summary.transaction()
         props = record.to_properties()
         if rewrite.partitions:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # "Delete operation did not match any records" on new partitions
-                summary_tx.overwrite(rewrite.rows, overwrite_filter=partitions_filter(rewrite.partitions, self.spec.partition),
-                                     snapshot_properties=props)
+            replace_partitions(summary_tx, tables.summary, rewrite.rows,
+                               partitions_filter(rewrite.partitions, self.spec.partition), props)
         else:
             summary_tx.append(SUMMARY_ARROW.empty_table(), snapshot_properties=props)
         fault_point("after-data-write")

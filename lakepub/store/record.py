@@ -104,11 +104,8 @@ def snapshot_record(snapshot: Snapshot | None) -> PublishRecord | None:
 
 
 def published_history(table: Table) -> Iterator[tuple[Snapshot, PublishRecord]]:
-    """Publishes on the table's main branch, newest first.
-
-    A publish can span two snapshots (delete, then append) committed together; only the
-    last one, the one the catalog pointer moved to, is reported.
-    """
+    """Publishes on the table's main branch, newest first (one entry per batch, even if a
+    publish was ever written as several snapshots committed together)."""
     seen: set[str] = set()
     snapshot = table.current_snapshot()
     while snapshot is not None:
