@@ -9,7 +9,13 @@ if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   exit 2
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
+log=.venv/setup.log
+if ! { .venv/bin/python -m pip install --disable-pip-version-check --upgrade pip \
+       && .venv/bin/python -m pip install --disable-pip-version-check -e ".[test]"; } >"$log" 2>&1; then
+  tail -n 30 "$log" >&2
+  echo "error: installing lakepub into .venv failed (full log: $log)" >&2
+  exit 1
+fi
 .venv/bin/python -c 'import lakepub, duckdb; from lakepub.duck import extension_path; [extension_path(n) for n in ("avro", "iceberg", "httpfs")]' \
   || { echo "error: lakepub did not install correctly" >&2; exit 1; }
+echo "lakepub $(.venv/bin/python -c 'import lakepub; print(lakepub.__version__)') is installed in .venv (log: .venv/setup.log)" >&2
