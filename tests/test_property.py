@@ -5,9 +5,11 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import set_commit_mode
 from lakepub.generate import oracle_summary
 from lakepub.init import init_workspace
 from lakepub.workspace import Workspace
@@ -34,14 +36,16 @@ events_strategy = st.lists(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.parametrize("mode", ["atomic", "ordered"])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pairs=events_strategy, cuts=st.lists(st.integers(min_value=0, max_value=25), max_size=4),
        salt=st.integers(min_value=0, max_value=3))
-def test_published_table_equals_oracle(pairs, cuts, salt):
+def test_published_table_equals_oracle(mode, pairs, cuts, salt):
     events = [_payload(o, v, salt) for o, v in pairs]
     bounds = sorted({0, len(events), *[c for c in cuts if c < len(events)]})
     with tempfile.TemporaryDirectory() as tmp:
         init_workspace(Path(tmp))
+        set_commit_mode(Path(tmp), mode)
         ws = Workspace.open(tmp)
         for lo, hi in zip(bounds, bounds[1:]):
             ws.publish("orders_daily", events[lo:hi], start={"p0": lo}, end={"p0": hi})
