@@ -7,17 +7,14 @@ Exit codes: 0 ok (including "already published"), 1 verify mismatch or internal 
 
 from __future__ import annotations
 
-import functools
-import os
 import sys
-import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 
 from lakepub import output, reports
-from lakepub.errors import LakepubError
+from lakepub.cli_support import format_option, handle_errors
 from lakepub.workspace import Workspace
 
 EXIT_CODES_HELP = (
@@ -27,35 +24,10 @@ EXIT_CODES_HELP = (
 )
 
 
-def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """One error handler: a LakepubError becomes one line on stderr and its exit code."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except LakepubError as exc:
-            click.echo(f"error: {exc.one_line()}", err=True)
-            sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("interrupted: nothing was published by the batch in progress", err=True)
-            sys.exit(130)
-        except Exception as exc:  # a bug: say so in one line, traceback on request
-            if os.environ.get("LAKEPUB_DEBUG"):
-                traceback.print_exc()
-            click.echo(f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())} "
-                       "(set LAKEPUB_DEBUG=1 for a traceback)", err=True)
-            sys.exit(1)
-
-    return wrapper
-
-
 def _ws(ctx: click.Context) -> Workspace:
     return Workspace.open(ctx.obj["workspace"])
 
 
-format_option = click.option("--format", "fmt", type=click.Choice(output.FORMATS), default="table",
-                             show_default=True, help="Output format.")
 
 
 @click.group(epilog=EXIT_CODES_HELP)
@@ -261,6 +233,10 @@ def demo(folder: Path, events: int, days: int, seed: int, max_batch: int) -> Non
 
     run_demo(folder, events=events, days=days, seed=seed, max_batch=max_batch, echo=click.echo)
 
+
+from lakepub.maintenance.cli import register_cli  # noqa: E402 - adds `janitor`, kept in its package
+
+register_cli(main)
 
 if __name__ == "__main__":
     main()

@@ -163,12 +163,12 @@ class Publisher:
         """Whether the ledger commits between our base and the new head touched none of our orders."""
         if head_snapshot_id == base_snapshot_id:
             return True
-        files = ledger_files_added_since(ledger, base_snapshot_id, head_snapshot_id)
-        if files is None:
-            return False
         self.con.register("lp_rebase_events", events)
         try:
-            return not touches_orders(self.con, files, "lp_rebase_events")
+            files = ledger_files_added_since(ledger, base_snapshot_id, head_snapshot_id)
+            return files is not None and not touches_orders(self.con, files, "lp_rebase_events")
+        except (OSError, duckdb.IOException):  # e.g. manifests of an expired snapshot already removed
+            return False
         finally:
             self.con.unregister("lp_rebase_events")
 

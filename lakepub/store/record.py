@@ -104,17 +104,23 @@ def snapshot_record(snapshot: Snapshot | None) -> PublishRecord | None:
 
 
 def published_history(table: Table) -> Iterator[tuple[Snapshot, PublishRecord]]:
-    """Publishes on the table's main branch, newest first (one entry per batch, even if a
-    publish was ever written as several snapshots committed together)."""
+    """Publishes of the published table, newest first (one entry per batch).
+
+    lakepub never branches the published table, so its snapshots up to the current one are its
+    history; they are walked in sequence-number order rather than through parent pointers, so
+    snapshots expired by the janitor leave gaps but do not cut the walk short.
+    """
+    current = table.current_snapshot()
+    if current is None:
+        return
+    snapshots = sorted((s for s in table.metadata.snapshots if s.sequence_number <= current.sequence_number),
+                       key=lambda s: s.sequence_number, reverse=True)
     seen: set[str] = set()
-    snapshot = table.current_snapshot()
-    while snapshot is not None:
+    for snapshot in snapshots:
         record = snapshot_record(snapshot)
         if record is not None and record.batch_id not in seen:
             seen.add(record.batch_id)
             yield snapshot, record
-        parent = snapshot.parent_snapshot_id
-        snapshot = table.snapshot_by_id(parent) if parent is not None else None
 
 
 def latest_record(table: Table) -> PublishRecord | None:

@@ -12,8 +12,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import uuid
 from dataclasses import dataclass
 from pathlib import Path

@@ -18,7 +18,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from conftest import SEED_EVENTS
 from lakepub import reports
-from lakepub.store.layout import ledger_id, summary_id
+from lakepub.store.layout import ledger_id
 from lakepub.workspace import Workspace
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,7 @@ from datetime import date
 
 import pytest
 
-from conftest import A1, A2, B1, B2, SEED_EVENTS, published_pointers, summary_rows
+from conftest import A1, A2, B1, SEED_EVENTS, published_pointers, summary_rows
 from lakepub.errors import PayloadConflict, StaleStart
 from lakepub.generate import oracle_summary
 from lakepub.store.layout import summary_id

@@ -1,0 +1,40 @@
+"""What every CLI command shares: the one error handler and the --format option."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import traceback
+from typing import Any, Callable
+
+import click
+
+from lakepub import output
+from lakepub.errors import LakepubError
+
+format_option = click.option("--format", "fmt", type=click.Choice(output.FORMATS), default="table",
+                             show_default=True, help="Output format.")
+
+
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """One error handler: a LakepubError becomes one line on stderr and its exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except LakepubError as exc:
+            click.echo(f"error: {exc.one_line()}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("interrupted: nothing was published by the batch in progress", err=True)
+            sys.exit(130)
+        except Exception as exc:  # a bug: say so in one line, traceback on request
+            if os.environ.get("LAKEPUB_DEBUG"):
+                traceback.print_exc()
+            click.echo(f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())} "
+                       "(set LAKEPUB_DEBUG=1 for a traceback)", err=True)
+            sys.exit(1)
+
+    return wrapper

@@ -1,0 +1,34 @@
+"""Durations on the command line: ``0s``, ``90m``, ``12h``, ``3d`` (also ``2w``)."""
+
+from __future__ import annotations
+
+import re
+
+from lakepub.errors import UserError
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_PATTERN = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
+
+
+class InvalidDuration(UserError):
+    """A duration option is not ``<integer><unit>`` with unit s, m, h, d or w."""
+
+
+def parse_duration(text: str, option: str = "--older-than") -> float:
+    """Seconds in ``text``; raises InvalidDuration (exit 2) with a one-line message."""
+    match = _PATTERN.match(str(text))
+    if match is None:
+        raise InvalidDuration(
+            f"invalid duration {text!r} for {option}: expected a whole number and a unit s, m, h, d or w "
+            "(e.g. 0s, 90m, 12h, 3d)"
+        )
+    return float(int(match.group(1)) * _UNITS[match.group(2)])
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest exact ``<n><unit>`` spelling of a whole number of seconds (``259200`` -> ``3d``)."""
+    whole = int(seconds)
+    for unit in ("w", "d", "h", "m"):
+        if whole and whole % _UNITS[unit] == 0:
+            return f"{whole // _UNITS[unit]}{unit}"
+    return f"{whole}s"

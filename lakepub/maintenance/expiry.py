@@ -1,0 +1,171 @@
+"""Snapshot expiry: which snapshots to drop from a table's metadata, and the commit that drops them.
+
+``plan_expiry`` is a pure function of the table metadata and ``now``. A snapshot is expired when
+it is older than the window AND none of these keeps it:
+
+* it is the head of a branch or tag (abandoned ``lakepub-staging-*`` branches past the window
+  are removed first, which unprotects their heads);
+* it is one of the newest ``retain_last`` snapshots of a branch's ancestry (``main`` included;
+  a ref's own ``min-snapshots-to-keep`` raises this);
+* ledger only: the ledger snapshots that the published table's newest snapshots record in
+  ``lakepub.ledger-snapshot`` (``pinned``): publishers under the ordered commit read and build on
+  exactly that snapshot, and ``lakepub verify --deep`` compares against it;
+* published table only: ``lakepub verify`` takes each partition's checksum from the newest
+  publish that rewrote it (walking snapshots in sequence order, so gaps are fine), so for every
+  partition present in the current data the newest snapshot recording its checksum is kept.
+
+``commit_expiry`` uses pyiceberg's builders (``ManageSnapshots.remove_branch``,
+``ExpireSnapshots.by_ids``) to stage the change, then commits it with one requirement per ref
+the plan was made against, so a concurrent change of any ref fails the commit (the caller
+re-plans) instead of being rebased silently.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.refs import SnapshotRefType
+from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID, TableRequirement
+from pyiceberg.table.update.snapshot import ExpireSnapshots, ManageSnapshots
+from sqlalchemy.exc import OperationalError
+
+STAGING_PREFIX = "lakepub-staging-"
+DEFAULT_RETAIN_LAST = 5
+
+
+@dataclass(frozen=True)
+class ExpiryPlan:
+    """What an expiry run does to one table: snapshots to drop, staging branches to remove."""
+
+    expire: tuple[int, ...]
+    kept: int
+    remove_branches: tuple[str, ...] = ()
+    young_staging_branches: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    protected: dict[int, str] = field(default_factory=dict)  # snapshot id -> first reason kept
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.expire or self.remove_branches)
+
+
+def ancestry(metadata: TableMetadata, snapshot_id: int | None) -> list[Snapshot]:
+    """The snapshot and its ancestors still in the metadata, newest first."""
+    out: list[Snapshot] = []
+    seen: set[int] = set()
+    snapshot = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
+    while snapshot is not None and snapshot.snapshot_id not in seen:
+        out.append(snapshot)
+        seen.add(snapshot.snapshot_id)
+        parent = snapshot.parent_snapshot_id
+        snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
+    return out
+
+
+def checksum_labels(snapshot: Snapshot) -> set[str]:
+    """Partitions whose checksum this snapshot's ``lakepub.checksums`` record carries."""
+    props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+    raw = props.get("lakepub.checksums")
+    if not raw:
+        return set()
+    try:
+        return set(json.loads(raw))
+    except (ValueError, TypeError):
+        return set()
+
+
+def plan_expiry(metadata: TableMetadata, *, now_ms: int, older_than_ms: int, retain_last: int = DEFAULT_RETAIN_LAST,
+                live_labels: set[str] | None = None, pinned: dict[int, str] | None = None,
+                staging_prefix: str = STAGING_PREFIX) -> ExpiryPlan:
+    """Decide which snapshots to expire. ``live_labels`` (published table only) are the partitions
+    present in the current data whose newest checksum record must stay reachable from main;
+    ``pinned`` maps snapshot ids that must be kept to the reason (ids not in the table are ignored)."""
+    if retain_last < 1:
+        raise ValueError("retain_last must be at least 1")
+    cutoff = now_ms - older_than_ms
+    protected: dict[int, str] = {}
+    warnings: list[str] = []
+
+    def keep(snapshot_id: int, reason: str) -> None:
+        protected.setdefault(snapshot_id, reason)
+
+    remove, young = [], []
+    for name, ref in sorted(metadata.refs.items()):
+        head = metadata.snapshot_by_id(ref.snapshot_id)
+        if ref.snapshot_ref_type == SnapshotRefType.BRANCH and name.startswith(staging_prefix):
+            if head is None or head.timestamp_ms < cutoff:
+                remove.append(name)
+                continue
+            young.append(name)
+        keep(ref.snapshot_id, f"head of {ref.snapshot_ref_type.value} {name}")
+        if ref.snapshot_ref_type == SnapshotRefType.BRANCH:
+            depth = max(retain_last, ref.min_snapshots_to_keep or 0)
+            for snapshot in ancestry(metadata, ref.snapshot_id)[:depth]:
+                keep(snapshot.snapshot_id, f"among the last {depth} of branch {name}")
+    if metadata.current_snapshot_id is not None:
+        keep(metadata.current_snapshot_id, "current snapshot")
+    for snapshot_id, reason in (pinned or {}).items():
+        if metadata.snapshot_by_id(snapshot_id) is not None:
+            keep(snapshot_id, reason)
+
+    if live_labels:
+        missing = set(live_labels)
+        for snapshot in sorted(metadata.snapshots, key=lambda s: s.sequence_number, reverse=True):
+            found = missing & checksum_labels(snapshot)
+            if found:
+                keep(snapshot.snapshot_id, f"newest checksum record of partition(s) {', '.join(sorted(found))}")
+                missing -= found
+        if missing:
+            warnings.append(f"partition(s) {', '.join(sorted(missing))} have no checksum record left; "
+                            "'lakepub verify' will report them")
+
+    expire = tuple(sorted(s.snapshot_id for s in metadata.snapshots
+                          if s.snapshot_id not in protected and s.timestamp_ms < cutoff))
+    return ExpiryPlan(expire, len(metadata.snapshots) - len(expire), tuple(remove), tuple(young), tuple(warnings),
+                      protected)
+
+
+class ExpiryConflict(Exception):
+    """The table changed while expiring; nothing was committed."""
+
+
+def commit_expiry(table: Table, plan: ExpiryPlan) -> Table:
+    """Commit the plan against exactly the metadata it was made from; return the reloaded table.
+
+    Raises ExpiryConflict when any ref moved (or the table changed in a way that makes the plan
+    invalid) so the caller can reload and re-plan.
+    """
+    tx = table.transaction()
+    if plan.remove_branches:
+        manage = ManageSnapshots(tx)
+        for name in plan.remove_branches:
+            manage.remove_branch(name)
+        manage.commit()
+    if plan.expire:
+        ExpireSnapshots(tx).by_ids(list(plan.expire)).commit()
+    updates = tx._updates  # noqa: SLF001 - committed below with every ref pinned, see module docstring
+    requirements: tuple[TableRequirement, ...] = (
+        AssertTableUUID(uuid=table.metadata.table_uuid),
+        *(AssertRefSnapshotId(ref=name, snapshot_id=ref.snapshot_id)  # type: ignore[call-arg]
+          for name, ref in sorted(table.metadata.refs.items())),
+    )
+    try:
+        table.catalog.commit_table(table, requirements, updates)
+    except (CommitFailedException, ValueError) as exc:  # ValueError: a snapshot vanished (another janitor)
+        raise ExpiryConflict(" ".join(str(exc).split())) from exc
+    except OperationalError as exc:  # e.g. SQLite "database is locked"; the CAS did not land
+        if "locked" not in str(exc).lower():
+            raise
+        raise ExpiryConflict(" ".join(str(exc.orig).split())) from exc
+    return table.catalog.load_table(table.name())
+
+
+def backoff(attempt: int, base_s: float = 0.05, cap_s: float = 1.0) -> None:
+    """Sleep before re-planning after a conflict."""
+    time.sleep(min(base_s * 2 ** attempt, cap_s))
