@@ -70,20 +70,29 @@ def read_parquet_events(path: Path) -> pa.Table:
         raw = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:
         raise InvalidEvent(str(path), "-", f"is not a readable Parquet file ({exc})") from None
+    return events_from_arrow(raw, str(path))
+
+
+def events_from_arrow(raw: pa.Table, where: str = "<arrow table>") -> pa.Table:
+    """Validate an Arrow table of events (vectorised) and return it in the canonical schema.
+
+    Columns are cast to the event schema when the cast is lossless in kind (int32 -> int64,
+    ISO date strings -> date); errors name the column, or the 1-based row of the first bad value.
+    """
     columns = {}
     for field in EVENT_SCHEMA:
         if field.name not in raw.column_names:
-            raise InvalidEvent(str(path), field.name, "is missing from the Parquet schema")
+            raise InvalidEvent(where, field.name, "is missing")
         col = raw.column(field.name)
         try:
             columns[field.name] = col if col.type == field.type else pc.cast(col, field.type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            raise InvalidEvent(str(path), field.name, f"has type {col.type}, expected {field.type}") from None
+            raise InvalidEvent(where, field.name, f"has type {col.type}, expected {field.type}") from None
     table = pa.table(columns)
     bad = _first_invalid_row(table)
     if bad is not None:
         row, field, problem = bad
-        raise InvalidEvent(f"{path} row {row + 1}", field, problem)
+        raise InvalidEvent(f"{where} row {row + 1}", field, problem)
     return table.cast(EVENT_SCHEMA)
 
 

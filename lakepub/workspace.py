@@ -23,7 +23,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from lakepub import duck, positions
 from lakepub.config import CONFIG_FILE, DatasetSpec, WorkspaceConfig, find_root, load_workspace
 from lakepub.errors import ConfigError, QueryError
-from lakepub.events import events_from_records, read_events
+from lakepub.events import events_from_arrow, events_from_records, read_events
 from lakepub.landing import LandingSource
 from lakepub.positions import Vector
 from lakepub.publish.publisher import Publisher, PublishResult
@@ -168,7 +168,7 @@ class Workspace:
 
 def _events_table(events: EventsInput) -> pa.Table:
     if isinstance(events, pa.Table):
-        return events_from_records(events.to_pylist(), "<arrow table>")
+        return events_from_arrow(events)
     if isinstance(events, (str, Path)):
         return read_events(Path(events))
     return events_from_records(events)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import itertools
+from datetime import date
 
 import pytest
 
 from conftest import A1, A2, B1, B2, SEED_EVENTS, ledger_count, summary_rows, write_jsonl
+from lakepub.store.layout import partition_label
+from lakepub.store.write import partition_value
 from lakepub.workspace import Workspace
 
 EXPECTED = [("2025-10-02", 150, 1)]
@@ -79,3 +82,25 @@ def test_cli_publish_of_the_seed_example(cli, ws_path):
     assert res.json() == [{"day": "2025-10-02", "cents": 150, "orders": 1}]
     res = cli("query", "SELECT * FROM orders_daily ORDER BY day", "--format", "csv")
     assert res.out.splitlines() == ["day,cents,orders", "2025-10-02,150,1"]
+
+
+@pytest.mark.parametrize("grain", ["day", "month", "year"])
+def test_partition_grains_rewrite_only_the_affected_partitions(ws_path, grain):
+    spec = ws_path / "catalog" / "datasets" / "orders_daily.yaml"
+    spec.write_text(spec.read_text().replace("partition: month", f"partition: {grain}"))
+    ws = Workspace.open(ws_path)
+    other = {"order_id": "Z", "version": 1, "day": "2024-03-03", "cents": 7, "deleted": False}
+    ws.publish("orders_daily", [A1, other], start={}, end={"p0": 2})
+    table = ws.catalog.load_table(("lakepub", "orders_daily"))
+    old_label = partition_label(date(2024, 3, 3), grain)
+    untouched = {t.file.file_path for t in table.scan().plan_files()
+                 if t.file.partition[0] == partition_value(old_label, grain)}
+    assert len(untouched) == 1
+    result = ws.publish("orders_daily", [{**A2, "day": "2025-11-03"}], start={"p0": 2}, end={"p0": 3})
+    expected_parts = {"day": ["2025-10-01", "2025-11-03"], "month": ["2025-10", "2025-11"], "year": ["2025"]}
+    assert result.partitions == expected_parts[grain]
+    assert summary_rows(ws) == [("2024-03-03", 7, 1), ("2025-11-03", 150, 1)]
+    table = ws.catalog.load_table(("lakepub", "orders_daily"))
+    files = {t.file.file_path for t in table.scan().plan_files()}
+    assert untouched <= files  # the 2024 partition's file was not rewritten
+    assert len(files) == 2  # the emptied partition has no file left

@@ -38,7 +38,7 @@ from lakepub.publish.rebase import ledger_files_added_since, touches_orders
 from lakepub.publish.rewrite import rewrite_partitions
 from lakepub.store import audit
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode, reset_main
-from lakepub.store.layout import LEDGER_ARROW, SUMMARY_ARROW, DatasetTables, ensure_tables, load_tables, partitions_filter
+from lakepub.store.layout import LEDGER_ARROW, SUMMARY_ARROW, DatasetTables, ensure_tables, load_tables
 from lakepub.store.write import replace_partitions
 from lakepub.store.record import Counts, PublishRecord, find_batch, latest_record
 
@@ -202,8 +202,7 @@ class Publisher:
         summary_tx = tables.summary.transaction()
         props = record.to_properties()
         if rewrite.partitions:
-            replace_partitions(summary_tx, tables.summary, rewrite.rows,
-                               partitions_filter(rewrite.partitions, self.spec.partition), props)
+            replace_partitions(summary_tx, tables.summary, rewrite.rows, rewrite.partitions, self.spec.partition, props)
         else:
             summary_tx.append(SUMMARY_ARROW.empty_table(), snapshot_properties=props)
         fault_point("after-data-write")

@@ -1,0 +1,167 @@
+"""Benchmark 4: reads: a DuckDB query over the published Iceberg table vs its data files as Parquet.
+
+A 3-year stream is published with ``lakepub run`` in small batches (``--max-batch``, default
+20,000: 50 publishes, so the month partitions are rewritten many times). Then the same aggregate
+runs ``--reps`` times (median, after one warm-up) two ways on one DuckDB connection:
+
+* Iceberg: through ``Workspace.connect()``'s view, i.e. ``iceberg_scan(<published metadata>)``
+  (metadata JSON, manifest list and manifests are read on every query);
+* plain Parquet: ``read_parquet([...])`` over exactly the data files of the current snapshot.
+
+The publish time of the early and of the last batches of the run is reported too (what a
+publish pays as snapshots and manifests accumulate).
+
+Both for the published table (``orders_daily``: one row per day) and for the ledger (one row per
+accepted order version). File counts are reported: data files of the current snapshot, manifests,
+snapshots and all files under each table's folder. If ``lakepub.maintenance.compact`` exists the
+ledger is compacted afterwards and its files and query time are reported again.
+
+    python scripts/bench/reads.py [--quick] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import common as c
+
+Q_PUBLISHED = "SELECT year(day) AS y, sum(cents) AS cents, sum(orders) AS orders FROM {src} GROUP BY y ORDER BY y"
+Q_LEDGER = "SELECT count(*) AS n, count(DISTINCT order_id) AS orders, sum(cents) AS cents FROM {src}"
+
+
+def data_files(table) -> list[str]:
+    return [task.file.file_path for task in table.scan().plan_files()]
+
+
+def bench_query(con, sql: str, reps: int) -> tuple[float, list]:
+    con.execute(sql).fetchall()  # warm-up
+    times, rows = [], None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        rows = con.execute(sql).fetchall()
+        times.append(time.perf_counter() - t0)
+    return c.median(times), rows
+
+
+def parquet_src(files: list[str]) -> str:
+    paths = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+    return f"read_parquet([{paths}])"
+
+
+def main() -> None:
+    p = c.parser(__doc__.splitlines()[0])
+    p.add_argument("--events", type=int, help="stream size (default 1,000,000; --quick 30,000)")
+    p.add_argument("--max-batch", type=int, help="batch size (default 20,000; --quick 5,000)")
+    p.add_argument("--reps", type=int, help="timed repetitions per query (default 30; --quick 5)")
+    p.add_argument("--no-compact", action="store_true", help="skip the ledger compaction step")
+    args = p.parse_args()
+    events = args.events or (30_000 if args.quick else 1_000_000)
+    max_batch = args.max_batch or (5_000 if args.quick else 20_000)
+    reps = args.reps or (5 if args.quick else 30)
+
+    from lakepub.store.layout import ledger_id, summary_id
+
+    r = c.Report("reads", "DuckDB over the published Iceberg table vs the same files as plain Parquet", args.quick,
+                 params={"events": events, "max_batch": max_batch, "reps": reps})
+    with c.scratch(args, "reads") as work:
+        stream_dir, _ = c.stream(args, work, events)
+        ws = c.workspace(work / "ws", stream_dir)
+        c.log(f"lakepub run --max-batch {max_batch} ...")
+        t0 = time.perf_counter()
+        publish_s: list[float] = []
+        last = [t0]
+
+        parts: list[int] = []
+
+        def on_batch(result, _pending) -> None:
+            now = time.perf_counter()
+            publish_s.append(now - last[0])
+            parts.append(len(result.partitions))
+            last[0] = now
+
+        run = ws.run(c.DATASET, max_batch=max_batch, on_batch=on_batch)
+        r.params["publishes"] = len(run.batches)
+        c.log(f"  {len(run.batches)} publishes in {time.perf_counter() - t0:.1f} s")
+        ns = ws.config.namespace
+        summary = ws.catalog.load_table(summary_id(ns, c.DATASET))
+        ledger = ws.catalog.load_table(ledger_id(ns, c.DATASET))
+
+        t0 = time.perf_counter()
+        con = ws.connect()
+        connect_s = time.perf_counter() - t0
+        con.execute(f"CREATE TEMP VIEW ledger AS SELECT * FROM iceberg_scan('{ledger.metadata_location}')")
+        s_files, l_files = data_files(summary), data_files(ledger)
+
+        results = {}
+        for key, label, sql, view, files in (
+            ("published", f"{c.DATASET} (published)", Q_PUBLISHED, c.DATASET, s_files),
+            ("ledger", "ledger", Q_LEDGER, "ledger", l_files),
+        ):
+            ice, rows_i = bench_query(con, sql.format(src=view), reps)
+            pq_, rows_p = bench_query(con, sql.format(src=parquet_src(files)), reps)
+            assert rows_i == rows_p, (rows_i, rows_p)
+            results[key] = (label, ice, pq_, rows_i)
+
+        r.section(f"publishing ({len(publish_s)} publishes of {max_batch:,} events)")
+        k = max(1, min(5, len(publish_s) // 4))
+        early, late = c.median(publish_s[1:1 + k] or publish_s[:1]), c.median(publish_s[-k:])
+        r.figure("publish_s_early", early, f"median publish, publishes 2..{1 + k}", "s",
+                 f"{c.median(parts[1:1 + k] or parts[:1]):g} partitions rewritten")
+        r.figure("publish_s_late", late, f"median publish, last {k}", "s", f"{c.median(parts[-k:]):g} partitions rewritten")
+        r.ratio("publish_growth", late, early, "late / early publish time")
+        r.section("file counts after the run")
+        for name, table in (("published", summary), ("ledger", ledger)):
+            info = c.table_files(table)
+            folder = _table_folder(table)
+            r.figure(f"{name}_data_files", info["data_files"], f"{name}: data files in the current snapshot")
+            r.figure(f"{name}_manifests", info["manifests"], f"{name}: manifests in the current snapshot")
+            r.figure(f"{name}_snapshots", info["snapshots"], f"{name}: snapshots kept in metadata")
+            r.figure(f"{name}_files_on_disk", c.count_files(folder) if folder else None,
+                     f"{name}: all files under the table folder", "", "before expiry + janitor")
+        r.section(f"query time (median of {reps}, warm)")
+        r.figure("connect_s", connect_s, "Workspace.connect() (catalog + views)", "s")
+        for key, (label, ice, pq_, rows) in results.items():
+            r.figure(f"{key}_iceberg_s", ice, f"{label}: iceberg_scan", "s", f"{len(rows)} result rows")
+            r.figure(f"{key}_parquet_s", pq_, f"{label}: read_parquet of the same files", "s")
+            r.ratio(f"{key}_ratio", ice, pq_, f"{label}: iceberg / parquet")
+        r.target("published table: iceberg / parquet <= 1.2x", r.figures["published_ratio"], "<=", 1.2)
+        r.target("ledger: iceberg / parquet <= 1.2x", r.figures["ledger_ratio"], "<=", 1.2)
+
+        if not args.no_compact:
+            _compact(r, ws, con, reps)
+        con.close()
+    r.emit(args)
+
+
+def _compact(r: c.Report, ws, con, reps: int) -> None:
+    try:
+        from lakepub.maintenance.compact import compact_ledger
+    except ImportError:
+        r.note("lakepub.maintenance.compact is not available: ledger compaction not measured")
+        return
+    from lakepub.store.layout import ledger_id
+
+    t0 = time.perf_counter()
+    res = compact_ledger(ws, c.DATASET)
+    compact_s = time.perf_counter() - t0
+    ledger = ws.catalog.load_table(ledger_id(ws.config.namespace, c.DATASET))
+    files = data_files(ledger)
+    con.execute(f"CREATE OR REPLACE TEMP VIEW ledger AS SELECT * FROM iceberg_scan('{ledger.metadata_location}')")
+    ice, _ = bench_query(con, Q_LEDGER.format(src="ledger"), reps)
+    pq_, _ = bench_query(con, Q_LEDGER.format(src=parquet_src(files)), reps)
+    r.section("after lakepub compact (ledger: one row per order, few files)")
+    r.figure("compact_s", compact_s, "compaction time", "s", f"{res.rows_before:,} -> {res.rows_after:,} rows")
+    r.figure("ledger_data_files_compacted", len(files), "ledger: data files in the current snapshot")
+    r.figure("ledger_iceberg_s_compacted", ice, "ledger: iceberg_scan", "s")
+    r.figure("ledger_parquet_s_compacted", pq_, "ledger: read_parquet of the same files", "s")
+    r.ratio("ledger_ratio_compacted", ice, pq_, "ledger: iceberg / parquet")
+
+
+def _table_folder(table) -> Path | None:
+    location = table.location()
+    return Path(location[len("file://"):]) if location.startswith("file://") else None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+"""Run every benchmark of ``scripts/bench`` (one child process each), then print a summary and,
+with ``--markdown PATH``, write the README's "Benchmarks" section from the figures just measured.
+
+    python scripts/bench/run_all.py [--quick] [--only throughput,history] [--out DIR] [--markdown PATH]
+    python scripts/bench/run_all.py --render DIR --markdown PATH     # re-render saved reports
+
+Full mode runs for roughly 10-15 minutes on 2 cores (the pyiceberg upsert baseline alone takes
+about two of them). ``--out`` keeps each benchmark's text and JSON report (and the throughput
+run's pyinstrument call tree, if pyinstrument is installed); streams are generated once into
+``--cache`` (default: ``<out>/streams``) and shared between the benchmarks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BENCHMARKS = ["throughput", "history", "overhead", "reads", "janitor", "memory"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--only", help="comma-separated subset of: " + ", ".join(BENCHMARKS))
+    p.add_argument("--out", type=Path, help="folder for the reports (default: a temporary folder)")
+    p.add_argument("--cache", type=Path, help="stream cache shared by the benchmarks (default: <out>/streams)")
+    p.add_argument("--markdown", type=Path, help="write the README 'Benchmarks' section there")
+    p.add_argument("--json", type=Path, help="write all reports as one JSON list there")
+    p.add_argument("--render", type=Path, metavar="DIR",
+                   help="run nothing: print the summary (and --markdown) from the <name>.json reports in DIR")
+    args = p.parse_args()
+    if args.render is not None:
+        reports = [json.loads((args.render / f"{n}.json").read_text()) for n in BENCHMARKS
+                   if (args.render / f"{n}.json").is_file()]
+        print(summary(reports))
+        if args.markdown:
+            args.markdown.write_text(markdown(reports))
+            print(f"README section written to {args.markdown}")
+        return
+    names = args.only.split(",") if args.only else BENCHMARKS
+    unknown = set(names) - set(BENCHMARKS)
+    if unknown:
+        p.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
+    out = args.out or Path(tempfile.mkdtemp(prefix="lakepub-bench-all-"))
+    out.mkdir(parents=True, exist_ok=True)
+    cache = args.cache or out / "streams"
+
+    reports, failed = [], []
+    for name in names:
+        json_path = out / f"{name}.json"
+        argv = [sys.executable, str(HERE / f"{name}.py"), "--json", str(json_path), "--cache", str(cache)]
+        if args.quick:
+            argv.append("--quick")
+        if name == "throughput" and not args.quick:
+            argv += ["--profile-out", str(out / "throughput.pyinstrument.txt")]
+        print(f"\n$ {' '.join(argv)}", flush=True)
+        t0 = time.perf_counter()
+        with open(out / f"{name}.txt", "w") as text:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+            for line in proc.stdout:
+                sys.stdout.write(line)
+                text.write(line)
+            code = proc.wait()
+        print(f"[{name}: exit {code} after {time.perf_counter() - t0:.0f} s]", flush=True)
+        if code != 0 or not json_path.is_file():
+            failed.append(name)
+            continue
+        reports.append(json.loads(json_path.read_text()))
+
+    print("\n" + summary(reports))
+    if args.json:
+        args.json.write_text(json.dumps(reports, indent=1))
+    if args.markdown:
+        args.markdown.write_text(markdown(reports))
+        print(f"\nREADME section written to {args.markdown}")
+    print(f"reports in {out}")
+    if failed:
+        sys.exit(f"failed: {', '.join(failed)}")
+
+
+def summary(reports: list[dict]) -> str:
+    lines = ["== summary of issue 4 targets"]
+    if reports:
+        lines.append(f"machine: {reports[0]['machine_line']}")
+    for rep in reports:
+        for t in rep["targets"]:
+            verdict = "MET" if t["met"] else "MISSED"
+            value = "n/a" if t["value"] is None else f"{t['value']:.2f}"
+            lines.append(f"  {rep['benchmark']:<11} {t['name']:<52} {value:>8}  target {t['op']} {t['target']:g}"
+                         f"  {verdict}")
+    return "\n".join(lines)
+
+
+# --- the README section ------------------------------------------------------------------------
+
+
+def _f(value, digits: int = 0, unit: str = "") -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    text = f"{value:,.{digits}f}"
+    return f"{text} {unit}".rstrip()
+
+
+def _pick(fig: dict, prefix: str) -> list[tuple[str, float]]:
+    return [(k[len(prefix):], v) for k, v in fig.items() if k.startswith(prefix)]
+
+
+def markdown(reports: list[dict]) -> str:
+    by = {r["benchmark"]: r for r in reports}
+    first = reports[0] if reports else None
+    mode = "quick" if first and first["mode"] == "quick" else "full"
+    out = ["## Benchmarks", ""]
+    if first:
+        out += [f"Measured with `python scripts/bench/run_all.py{' --quick' if mode == 'quick' else ''}` on "
+                f"{first['machine_line']}. Each script in `scripts/bench/` prints its figures, the baseline "
+                "measured in the same run and the ratio (`--quick` for CI, `--json PATH` for machine-readable "
+                "output).", ""]
+        out += ["| # | Benchmark | lakepub | baseline | ratio | issue target | |", "|---|---|---|---|---|---|---|"]
+    rows = []
+    if "throughput" in by:
+        f, p = by["throughput"]["figures"], by["throughput"]["params"]
+        rows.append(("1", f"throughput, {p['events']:,} events, `--max-batch {p['max_batch']:,}`",
+                     _f(f.get("lakepub_events_per_s"), 0, "events/s"),
+                     f"seed protocol {_f(f.get('seed_events_per_s'), 0, 'events/s')}",
+                     _f(f.get("ratio_vs_seed"), 1) + "x", "≥ 10x", by["throughput"]["targets"][0]))
+        if f.get("upsert_events_per_s") is not None:
+            rows.append(("1", "throughput vs pyiceberg upsert", _f(f.get("lakepub_events_per_s"), 0, "events/s"),
+                         f"upsert {_f(f.get('upsert_events_per_s'), 0, 'events/s')}",
+                         _f(f.get("ratio_vs_upsert"), 1) + "x", "≥ 30x", by["throughput"]["targets"][1]))
+    if "history" in by:
+        f = by["history"]["figures"]
+        batches = _pick(f, "batch_s_")
+        if len(batches) >= 2:
+            (ta, a), (tb, b) = batches[0], batches[-1]
+            rows.append(("2", f"one {by['history']['params']['batch']:,}-event publish, {ta} vs {tb} orders of history",
+                         f"{_f(a, 2, 's')} → {_f(b, 2, 's')}", "", f"growth {_f(f.get('growth'), 2)}x", "≤ 1.5x",
+                         by["history"]["targets"][0]))
+    if "overhead" in by:
+        f = by["overhead"]["figures"]
+        rows.append(("3", f"protocol overhead, {by['overhead']['params']['max_batch']:,}-event batch",
+                     _f(f.get("lakepub_s"), 3, "s"), f"bare pyiceberg overwrite {_f(f.get('bare_overwrite_s'), 3, 's')}"
+                     f" (+ ledger append {_f(f.get('bare_overwrite_append_s'), 3, 's')})",
+                     _f(f.get("ratio_vs_overwrite"), 2) + "x", "≤ 1.3x", by["overhead"]["targets"][0]))
+    if "reads" in by:
+        f = by["reads"]["figures"]
+        rows.append(("4", f"DuckDB aggregate over the published table ({f.get('published_data_files')} data files)",
+                     f"iceberg_scan {_f(f.get('published_iceberg_s'), 4, 's')}",
+                     f"read_parquet {_f(f.get('published_parquet_s'), 4, 's')}",
+                     _f(f.get("published_ratio"), 2) + "x", "≤ 1.2x", by["reads"]["targets"][0]))
+        rows.append(("4", f"same over the ledger ({f.get('ledger_data_files')} data files)",
+                     f"iceberg_scan {_f(f.get('ledger_iceberg_s'), 4, 's')}",
+                     f"read_parquet {_f(f.get('ledger_parquet_s'), 4, 's')}",
+                     _f(f.get("ledger_ratio"), 2) + "x", "≤ 1.2x", by["reads"]["targets"][1]))
+    if "janitor" in by:
+        f, p = by["janitor"]["figures"], by["janitor"]["params"]
+        for tag, where in (("local", "local folder"), ("s3", "S3 (moto server)")):
+            if f.get(f"{tag}_files_listed") is not None:
+                rows.append(("5", f"janitor, {p['files']:,} files, {where}",
+                             f"scan {_f(f.get(f'{tag}_scan_files_per_s'), 0, 'files/s')}, "
+                             f"delete {_f(f.get(f'{tag}_delete_files_per_s'), 0, 'files/s')}",
+                             f"plain list {_f(f.get(f'{tag}_plain_scan_files_per_s'), 0, 'files/s')}, "
+                             f"delete {_f(f.get(f'{tag}_plain_delete_files_per_s'), 0, 'files/s')}",
+                             f"{_f(f.get(f'{tag}_scan_ratio'), 2)}x / {_f(f.get(f'{tag}_delete_ratio'), 2)}x",
+                             "files/s (no target)", None))
+    if "memory" in by:
+        f, p = by["memory"]["figures"], by["memory"]["params"]
+        hist = _pick(f, "rss_mib_history_")
+        rows.append(("6", f"peak RSS of `lakepub run`, {p['events']:,} events, batch {p['fixed_batch']:,}",
+                     _f(f.get(f"rss_mib_batch_{p['fixed_batch']}") or (hist[-1][1] if hist else None), 0, "MiB"),
+                     f"seed protocol {_f(f.get('seed_rss_mib'), 0, 'MiB')}",
+                     f"history ×{_f(f.get('rss_ratio_history'), 2)}", "bounded by batch",
+                     by["memory"]["targets"][0]))
+    for num, name, ours, base, ratio, target, t in rows:
+        verdict = "" if t is None else ("met" if t["met"] else "**missed**")
+        out.append(f"| {num} | {name} | {ours} | {base} | {ratio} | {target} | {verdict} |")
+    out.append("")
+
+    if "memory" in by:
+        f = by["memory"]["figures"]
+        sizes = _pick(f, "rss_mib_batch_")
+        out += ["Peak RSS of `lakepub run` by `--max-batch`: " +
+                ", ".join(f"{int(b):,}: {_f(v, 0)} MiB" for b, v in sizes) +
+                f" (a Python process that only imports lakepub, DuckDB, pyiceberg and pyarrow: "
+                f"{_f(f.get('import_only_rss_mib'), 0)} MiB). By history at a fixed batch: " +
+                ", ".join(f"{int(n):,} events: {_f(v, 0)} MiB" for n, v in _pick(f, "rss_mib_history_")) + ".", ""]
+    if "reads" in by:
+        f = by["reads"]["figures"]
+        extra = ""
+        if f.get("ledger_data_files_compacted") is not None:
+            extra = (f" `lakepub compact` brings the ledger to {f['ledger_data_files_compacted']} data file(s) "
+                     f"(iceberg/parquet {_f(f.get('ledger_ratio_compacted'), 2)}x).")
+        pubs = by["reads"]["params"].get("publishes", "?")
+        out += [f"File counts after {pubs} publishes of {by['reads']['params']['max_batch']:,} events: the published "
+                f"table holds {f.get('published_data_files')} data files (one per month partition: a publish replaces "
+                f"the files of the partitions it rewrites) but its current snapshot lists "
+                f"{f.get('published_manifests')} manifests, which every `iceberg_scan` reads; the ledger holds "
+                f"{f.get('ledger_data_files')} data files and {f.get('ledger_manifests')} manifests (one per publish "
+                f"until compacted).{extra} A publish late in that run took {_f(f.get('publish_s_late'), 3, 's')} vs "
+                f"{_f(f.get('publish_s_early'), 3, 's')} early on.", ""]
+    if "throughput" in by:
+        f = by["throughput"]["figures"]
+        phases = sorted(_pick(f, "phase:"), key=lambda kv: -kv[1])
+        if phases:
+            wall = f.get("profile_wall_s") or sum(v for k, v in phases if not k.startswith("of which"))
+            method = f.get("profile_method", "cProfile")
+            out += [f"**Where the time goes** in `lakepub run` over the same stream ({method}"
+                    f"{', sampling' if method == 'pyinstrument' else ', its overhead inflates Python-heavy parts'}; "
+                    f"{_f(wall, 2)} s profiled):", ""]
+            for label, v in phases:
+                if v < 0.01 or label.startswith("of which"):
+                    continue
+                out.append(f"- {label}: {_f(v, 2)} s ({100 * v / wall:.0f}%)")
+                if label.startswith("replace published"):
+                    out += [f"  - {sub}: {_f(sv, 2)} s ({100 * sv / wall:.0f}%)" for sub, sv in phases
+                            if sub.startswith("of which")]
+            out.append("")
+        top = f.get("profile_top10")
+        if top:
+            out += ["Top functions by own time:", ""]
+            out += [f"{i}. `{row['function']}` {row['own_s']:.2f} s own, {row['cum_s']:.2f} s cumulative, "
+                    f"{row['calls']:,} calls" for i, row in enumerate(top, 1)]
+            out.append("")
+    out += ["Reproduce: `.venv/bin/python scripts/bench/run_all.py --markdown bench.md` (full, ~15 min) or any "
+            "single `scripts/bench/<name>.py [--quick] [--json PATH]`.", ""]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    main()
