@@ -28,3 +28,13 @@ def test_connect_exposes_a_view_per_published_dataset(ws: Workspace):
                start={}, end={"p0": 1})
     con = ws.connect()
     assert con.execute("SELECT cents, orders FROM orders_daily").fetchall() == [(5, 1)]
+
+
+def test_manifests_of_the_published_table_stay_bounded(ws: Workspace):
+    for month in range(1, 13):  # each publish rewrites another partition
+        event = {"order_id": f"m{month}", "version": 1, "day": f"2025-{month:02d}-05", "cents": month, "deleted": False}
+        ws.publish("orders_daily", [event], start={"p0": month - 1}, end={"p0": month})
+    table = ws.catalog.load_table(("lakepub", "orders_daily"))
+    assert len(table.current_snapshot().manifests(table.io)) <= 3
+    assert len(list(table.scan().plan_files())) == 12
+    assert ws.query("SELECT sum(cents) FROM orders_daily").column(0)[0].as_py() == sum(range(1, 13))

@@ -27,6 +27,7 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.update import (
+    AddSnapshotUpdate,
     AssertRefSnapshotId,
     AssertTableUUID,
     RemoveSnapshotRefUpdate,
@@ -130,6 +131,7 @@ def commit_in_order(catalog: Catalog, changes: list[TableChange]) -> None:
             if not last:
                 raise CommitConflict(f"commit of {'.'.join(change.table.name())} failed: {exc}") from exc
             raise OutcomeUnknown(f"catalog did not confirm the commit: {' '.join(str(exc).split())}") from exc
+        delete_merged_away_manifests(change)
 
 
 def commit_atomically(catalog: Catalog, changes: list[TableChange]) -> dict[str, str]:
@@ -157,7 +159,27 @@ def commit_atomically(catalog: Catalog, changes: list[TableChange]) -> dict[str,
             staged.append((ident, current.metadata_location, current.metadata_location))
     fault_point("before-pointer-swap")
     _swap_pointers(catalog, staged)
+    for change in changes:
+        delete_merged_away_manifests(change)
     return {".".join(ident): new for ident, _, new in staged}
+
+
+def delete_merged_away_manifests(change: TableChange) -> None:
+    """After a confirmed commit, delete the manifests this transaction wrote that its snapshot
+    does not reference (merge-append writes a manifest, then merges it into another). pyiceberg
+    leaves them behind as orphans; deleting them here saves the janitor one file per publish."""
+    tx = change.transaction
+    if tx is None:
+        return
+    added = [u.snapshot for u in tx._updates if isinstance(u, AddSnapshotUpdate)]  # noqa: SLF001
+    referenced = {m.manifest_path for snapshot in added for m in snapshot.manifests(change.table.io)}
+    for producer in tx._snapshot_producers:  # noqa: SLF001
+        for path in producer._written_manifests:  # noqa: SLF001
+            if path not in referenced:
+                try:
+                    change.table.io.delete(path)
+                except OSError:
+                    pass  # an orphan for the janitor, nothing worse
 
 
 def _swap_pointers(catalog: SqlCatalog, staged: list[tuple[tuple[str, ...], str, str]]) -> None:

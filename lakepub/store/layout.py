@@ -51,8 +51,10 @@ LEDGER_ARROW = pa.schema(
 
 _TABLE_PROPERTIES = {
     "write.parquet.compression-codec": "zstd",
-    # Appends merge small manifests so that planning cost stays flat as publishes accumulate.
+    # Appends (the ledger's) merge small manifests so that planning and reads stay flat as
+    # publishes accumulate; the published table's overwrites compact theirs (store/write.py).
     "commit.manifest-merge.enabled": "true",
+    "commit.manifest.min-count-to-merge": "4",
     "format-version": "2",
 }
 _TRANSFORMS = {"day": DayTransform(), "month": MonthTransform(), "year": YearTransform()}
