@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -30,6 +31,7 @@ from lakepub.publish.publisher import Publisher, PublishResult
 from lakepub.store.layout import summary_id
 from lakepub.store.record import latest_record
 
+T = TypeVar("T")
 EventsInput = str | Path | pa.Table | Iterable[Mapping[str, Any]]
 
 
@@ -116,7 +118,7 @@ class Workspace:
             on_start(pending)
         results: list[PublishResult] = []
         position = dict(committed)
-        for events, start, end in src.batches(committed, max_batch):
+        for events, start, end in _prefetched(src.batches(committed, max_batch)):
             result = publisher.publish(events, source=spec.source, start=start, end=end)
             results.append(result)
             position = end
@@ -173,3 +175,15 @@ def _events_table(events: EventsInput) -> pa.Table:
         return read_events(Path(events))
     return events_from_records(events)
 
+
+def _prefetched(batches: Iterator[T]) -> Iterator[T]:
+    """Read and validate the next batch in a background thread while the current one publishes.
+
+    pyarrow's JSON reader releases the GIL, so on two cores the read overlaps the publish. Only
+    one batch is read ahead; an invalid event still surfaces right after the batches before it.
+    """
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-read") as pool:
+        ahead = pool.submit(next, batches, None)
+        while (item := ahead.result()) is not None:
+            ahead = pool.submit(next, batches, None)
+            yield item
