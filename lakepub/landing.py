@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from lakepub.errors import InvalidPosition
+from lakepub.errors import InvalidEvent, InvalidPosition
 from lakepub.events import empty_events, read_jsonl_events
 from lakepub.positions import Vector
 
@@ -79,7 +79,8 @@ class LandingSource:
         return sorted(p.name for p in self.folder.iterdir() if p.is_dir() and not p.name.startswith("."))
 
     def segments(self, partition: str) -> list[Path]:
-        return sorted((self.folder / partition).glob("*.jsonl"))
+        """Segment files in name order; hidden files (a producer's temp files) are not segments."""
+        return sorted(p for p in (self.folder / partition).glob("*.jsonl") if not p.name.startswith("."))
 
     def backlog(self, committed: Vector, now: float | None = None) -> Backlog:
         now = time.time() if now is None else now
@@ -157,7 +158,15 @@ class _Cursor:
         parts: list[pa.Table] = []
         while n > 0:
             if self._loaded is None:
-                self._loaded = read_jsonl_events(self._segments[self._index]).slice(self._skip)
+                segment = self._segments[self._index]
+                table = read_jsonl_events(segment)
+                if table.num_rows != self._counts[self._index]:
+                    # Positions count lines; a record spread over lines, or several on one line,
+                    # would shift every position after it, so refuse the segment.
+                    raise InvalidEvent(str(segment), "-", f"holds {table.num_rows} JSON records on "
+                                       f"{self._counts[self._index]} non-blank lines; JSON Lines needs "
+                                       "exactly one object per line")
+                self._loaded = table.slice(self._skip)
                 self._skip = 0
             chunk = self._loaded.slice(0, n)
             parts.append(chunk)

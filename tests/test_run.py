@@ -86,3 +86,22 @@ def test_publish_accepts_an_arrow_table(ws: Workspace):
     bad = pa.Table.from_pylist([{"order_id": "X", "version": 0, "day": date(2025, 5, 5), "cents": 1, "deleted": False}])
     with pytest.raises(InvalidEvent, match="row 1: field 'version'"):
         ws.publish("orders_daily", bad, start={"p0": 2}, end={"p0": 3})
+
+
+def test_landing_lines_must_hold_one_record_each(ws: Workspace, cli):
+    """Positions count lines: a segment whose records do not sit one per line is refused."""
+    p0 = ws.config.landing_dir("orders") / "p0"
+    p0.mkdir(parents=True)
+    rec = lambda oid: json.dumps({"order_id": oid, "version": 1, "day": "2025-01-01", "cents": 100,  # noqa: E731
+                                  "deleted": False})
+    (p0 / "00000.jsonl").write_text(rec("o1") + "\r" + rec("o2") + "\n")  # a bare CR is no line break
+    (p0 / "00001.jsonl").write_text(rec("o3") + "\n")
+    res = cli("run", "orders_daily")
+    assert res.code == 2 and "00000.jsonl" in res.err and "one object per line" in res.err
+    (p0 / "00000.jsonl").write_text(rec("o1") + "\n" + rec("o2") + "\n")
+    (p0 / ".00002.jsonl").write_text(rec("tmp") + "\n")  # a producer's temp file, not a segment yet
+    assert cli("run", "orders_daily").code == 0
+    assert _published(ws) == {__import__("datetime").date(2025, 1, 1): (300, 3)}
+    (p0 / ".00002.jsonl").rename(p0 / "00002.jsonl")
+    assert cli("run", "orders_daily").code == 0
+    assert _published(ws) == {__import__("datetime").date(2025, 1, 1): (400, 4)}
