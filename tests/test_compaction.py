@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from conftest import A1, A2, B1, B2, ledger_count, summary_rows
+import pytest
+
 from lakepub import reports
+from lakepub.maintenance.compact import compact_ledger
 from lakepub.generate import generate_stream, read_stream
 from lakepub.workspace import Workspace
 
@@ -42,6 +45,35 @@ def test_tombstone_survives_compaction(ws: Workspace, cli):
     # A newer version after compaction still applies.
     ws.publish("orders_daily", [{**A2, "version": 3, "cents": 1}], start={"p0": 4}, end={"p0": 5})
     assert summary_rows(ws) == [("2025-10-02", 1, 1)]
+
+
+def test_compaction_after_an_ordered_crash_leaves_out_the_unpublished_append(ws_path, monkeypatch):
+    """An ordered-mode crash between the two commits leaves an append on the ledger's main that
+    no publish names; neither a later atomic publish nor compaction may count it as seen."""
+    import lakepub.store.commit as commit_module
+    from conftest import set_commit_mode
+
+    set_commit_mode(ws_path, "ordered")
+    ws = Workspace.open(ws_path)
+    ws.publish("orders_daily", [A1], start={}, end={"p0": 1})
+
+    def crash(name: str) -> None:
+        if name == "before-pointer-swap":
+            raise RuntimeError("crash")
+
+    monkeypatch.setattr(commit_module, "fault_point", crash)
+    with pytest.raises(RuntimeError):
+        Workspace.open(ws_path).publish("orders_daily", [B1], start={"p0": 1}, end={"p0": 2})
+    monkeypatch.undo()
+    set_commit_mode(ws_path, "atomic")
+    fresh = Workspace.open(ws_path)
+    assert fresh.publish("orders_daily", [B1], start={"p0": 1}, end={"p0": 2}).counts.new_versions == 1
+    assert summary_rows(fresh) == [("2025-10-01", 170, 2)]
+    compact = compact_ledger(fresh, "orders_daily")
+    assert compact.rows_after == 2
+    assert reports.verify(Workspace.open(ws_path), "orders_daily", deep=True).ok
+    log = reports.log(Workspace.open(ws_path), "orders_daily")
+    assert log[0].source == "(compaction)" and log[0].counts.events == 0
 
 
 def test_dry_run_changes_nothing(ws: Workspace, cli):

@@ -583,9 +583,9 @@ def test_janitor_frees_the_ledger_files_compaction_replaced(ws, ws_path):
     options = JanitorOptions(older_than_s=0, retain_last=1)
 
     run_janitor(Workspace.open(ws_path), [DATASET], options)
-    # The published snapshot still records the pre-compaction ledger snapshot: it is kept.
-    assert len(list(ledger_dir.iterdir())) == 6 + 1
-    publish(Workspace.open(ws_path), 6)  # now the published table records the compacted ledger
+    # Compaction committed a published snapshot naming the compacted ledger: the 6 old files go.
+    assert len(list(ledger_dir.iterdir())) == 1
+    publish(Workspace.open(ws_path), 6)
     run_janitor(Workspace.open(ws_path), [DATASET], options)
     assert len(list(ledger_dir.iterdir())) == 1 + 1  # the compacted file and the new append
     assert warehouse_state(ws_path) == (set(), set())

@@ -4,19 +4,22 @@ The ledger holds every distinct (order_id, version) ever accepted, so it grows w
 with one small file per publish. Compaction rewrites it to the current (highest) version of each
 order, tombstones included, and sets ``floor`` to that version: the projection keeps rejecting
 every version at or below the floor as stale, so an old event replayed after compaction can
-neither resurrect a deleted order nor re-enter the ledger. The rewrite is one ledger commit that
-asserts its parent; a publisher racing with it simply recomputes against the compacted ledger.
+neither resurrect a deleted order nor re-enter the ledger. The compacted ledger is committed
+atomically with a published snapshot (same data, same positions) that names it, so readers and
+publishers switch to it at once; a publisher racing with it recomputes against it.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from lakepub import duck
 from lakepub.errors import CommitContention, ConfigError
-from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_mode
-from lakepub.store.layout import LEDGER_ARROW, ledger_id
+from lakepub.identity import fingerprint
+from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_mode, reset_main
+from lakepub.store.layout import LEDGER_ARROW, SUMMARY_ARROW, load_tables
+from lakepub.store.record import Counts, latest_record
 from lakepub.workspace import Workspace
 
 
@@ -35,17 +38,21 @@ class CompactionResult:
 
 
 def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_attempts: int = 5) -> CompactionResult:
+    """Compact the ledger at the snapshot the published table names, and commit the compacted
+    ledger together with a published snapshot that names it (data unchanged, positions unchanged)."""
     ws.dataset(dataset)
     if commit_mode(ws.catalog, ws.config.commit) != "atomic":
         raise ConfigError("ledger compaction needs the atomic commit of a SQL catalog (SQLite or PostgreSQL)")
-    ident = ledger_id(ws.config.namespace, dataset)
     con = duck.connect(ws.config.catalog)
     for attempt in range(1, max_attempts + 1):
-        ledger = ws.catalog.load_table(ident)
-        if ledger.metadata.current_snapshot_id is None:
+        tables = load_tables(ws.catalog, ws.config.namespace, dataset)
+        record = latest_record(tables.summary)
+        base = record.ledger_snapshot if record else None
+        if record is None or base is None:
             return CompactionResult(dataset, 0, 0, 0, 0, None, dry_run)
-        scan = duck.scan_sql(ledger.metadata_location)
-        files_before = sum(1 for _ in ledger.scan().plan_files())
+        ledger = tables.ledger
+        scan = duck.scan_sql(ledger.metadata_location, base)
+        files_before = sum(1 for _ in ledger.scan(snapshot_id=base).plan_files())
         rows_before, rows_after = con.execute(
             f"SELECT count(*), count(DISTINCT order_id) FROM {scan}").fetchone()
         if dry_run:
@@ -54,16 +61,27 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
             SELECT order_id, version, day, cents, deleted, batch_id, version AS floor FROM {scan}
             QUALIFY row_number() OVER (PARTITION BY order_id ORDER BY version DESC) = 1
             ORDER BY order_id""").to_arrow_reader(batch_size=1_000_000)
-        tx = ledger.transaction()
-        tx.overwrite(reader.cast(LEDGER_ARROW),
-                     snapshot_properties={"lakepub.compaction": f"{rows_before}->{rows_after}"})
+        ledger_tx = ledger.transaction()
+        reset_main(ledger_tx, base)  # an append no publish names is not compacted in
+        ledger_tx.overwrite(reader.cast(LEDGER_ARROW),
+                            snapshot_properties={"lakepub.compaction": f"{rows_before}->{rows_after}"})
+        compacted = ledger_tx.table_metadata.current_snapshot_id
+        summary_tx = tables.summary.transaction()
+        summary_tx.append(SUMMARY_ARROW.empty_table(), snapshot_properties=replace(
+            record,
+            batch_id=fingerprint("lakepub-compaction-v1", dataset, str(base), str(compacted)),
+            batch={"kind": "compaction", "source": "(compaction)", "rows_before": rows_before,
+                   "rows_after": rows_after},
+            checksums={},
+            counts=Counts(),
+            ledger_snapshot=compacted,
+        ).to_properties())
         try:
-            commit_atomically(ws.catalog, [TableChange(ledger, tx)])
+            commit_atomically(ws.catalog, [TableChange(ledger, ledger_tx), TableChange(tables.summary, summary_tx)])
         except CommitConflict:
             time.sleep(0.05 * 2 ** attempt)
             continue
-        ledger = ws.catalog.load_table(ident)
+        ledger = ws.catalog.load_table(ledger.name())
         files_after = sum(1 for _ in ledger.scan().plan_files())
-        return CompactionResult(dataset, rows_before, rows_after, files_before, files_after,
-                                ledger.metadata.current_snapshot_id, False)
+        return CompactionResult(dataset, rows_before, rows_after, files_before, files_after, compacted, False)
     raise CommitContention(f"ledger compaction of '{dataset}' kept losing the commit race to publishers; retry it")

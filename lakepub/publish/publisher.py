@@ -147,14 +147,10 @@ class Publisher:
         raise StaleStart(identity.source, positions.normalize(identity.start), positions.normalize(committed))
 
     def _ledger_base(self, tables: DatasetTables) -> int | None:
-        """The ledger snapshot that is consistent with the published table.
-
-        Under the atomic commit it is the ledger's main branch. Under the ordered commit the
-        ledger's main may hold a crashed or raced publish's append, so the ledger snapshot
-        recorded in the published snapshot is the one to read and to build on.
-        """
-        if not self.ordered:
-            return tables.ledger.metadata.current_snapshot_id
+        """The ledger snapshot that is consistent with the published table: the one its newest
+        snapshot records. Under the atomic commit it is the ledger's main; after an ordered-mode
+        crash (or a switch of mode) main may hold an append no publish names, so the recorded
+        snapshot is what is read and built on, in both modes."""
         record = latest_record(tables.summary)
         return record.ledger_snapshot if record else None
 

@@ -35,8 +35,10 @@ def ledger_files_added_since(ledger: Table, base_snapshot_id: int | None,
         if snapshot.summary is not None and snapshot.summary.operation.value not in ("append",):
             return None  # a rewrite (compaction) or delete: do not try to be clever
         parent = snapshot.parent_snapshot_id
-        snapshot = ledger.snapshot_by_id(parent) if parent is not None else None
-    if snapshot is None and base_snapshot_id is not None:
+        if parent is None:  # reached the first snapshot: fine only if the base is "empty ledger"
+            return files if base_snapshot_id is None else None
+        snapshot = ledger.snapshot_by_id(parent)
+    if snapshot is None:  # an expired snapshot cut the walk before the base: cannot tell
         return None
     return files
 
