@@ -34,6 +34,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import BooleanType, DateType, LongType, NestedField, StringType
 
+from lakepub.generate import partition_dirs, read_partition  # the same reader for every baseline
+
 NAMESPACE = "bench"
 TABLE = "orders_current"
 DESCRIPTION = "Baseline: keyed pyiceberg upsert of a current-state table."
@@ -70,27 +72,14 @@ def open_table(work_dir: Path) -> Table:
     return catalog.create_table_if_not_exists(f"{NAMESPACE}.{TABLE}", schema=ICEBERG_SCHEMA)
 
 
-def _partition_key(path: Path) -> tuple[int, str]:
-    suffix = path.name[1:]
-    return (int(suffix), path.name) if path.name.startswith("p") and suffix.isdigit() else (1 << 62, path.name)
-
-
-def _read_partition(part_dir: Path) -> Iterator[dict[str, Any]]:
-    for seg in sorted(part_dir.glob("*.jsonl")):
-        with seg.open(encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    yield json.loads(line)
-
-
 def batches(stream_dir: Path, max_batch: int, max_events: int | None = None) -> Iterator[list[dict[str, Any]]]:
     """Batches of at most ``max_batch`` records, as ``seed_sqlite.batches`` cuts them.
 
     Each batch takes an equal share from every partition (a slice of stream
     time); ``max_events`` caps the total.
     """
-    parts = sorted((p for p in Path(stream_dir).iterdir() if p.is_dir()), key=_partition_key)
-    readers = {p.name: _read_partition(p) for p in parts}
+    parts = partition_dirs(Path(stream_dir))
+    readers = {p.name: read_partition(p) for p in parts}
     active, left = list(readers), max_events if max_events is not None else float("inf")
     while active and left > 0:
         batch: list[dict[str, Any]] = []

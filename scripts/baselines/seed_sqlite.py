@@ -28,6 +28,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from lakepub.generate import partition_dirs, read_partition  # the same reader for every baseline
+
 Position = dict[str, int]  # partition folder name -> records consumed
 DESCRIPTION = "Baseline: the seed design's single-process SQLite protocol."
 
@@ -136,19 +138,6 @@ def publish(db: sqlite3.Connection, events: Sequence[dict[str, Any]], start: Pos
         raise
 
 
-def _partition_key(path: Path) -> tuple[int, str]:
-    suffix = path.name[1:]
-    return (int(suffix), path.name) if path.name.startswith("p") and suffix.isdigit() else (1 << 62, path.name)
-
-
-def _read_partition(part_dir: Path) -> Iterator[dict[str, Any]]:
-    for seg in sorted(part_dir.glob("*.jsonl")):
-        with seg.open(encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    yield json.loads(line)
-
-
 def batches(
     stream_dir: Path, start: Position, max_batch: int
 ) -> Iterator[tuple[list[dict[str, Any]], Position, Position]]:
@@ -159,8 +148,8 @@ def batches(
     to the others), so a batch is a slice of stream time.  Positions count the
     records consumed per partition.
     """
-    parts = sorted((p for p in stream_dir.iterdir() if p.is_dir()), key=_partition_key)
-    readers = {p.name: islice(_read_partition(p), start.get(p.name, 0), None) for p in parts}
+    parts = partition_dirs(stream_dir)
+    readers = {p.name: islice(read_partition(p), start.get(p.name, 0), None) for p in parts}
     pos: Position = {p.name: start.get(p.name, 0) for p in parts}
     active = list(readers)
     while active:
