@@ -24,5 +24,5 @@ def init_workspace(folder: Path, *, force: bool = False) -> list[Path]:
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, dest)
         written.append(dest)
-    (folder / "landing").mkdir(exist_ok=True)
+    (folder / "landing" / "orders").mkdir(parents=True, exist_ok=True)  # the template dataset's source
     return written

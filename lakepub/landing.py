@@ -14,7 +14,7 @@ have been published, whatever the batch sizes were.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -51,6 +51,7 @@ class Backlog:
     available: Vector  # records present, per partition
     oldest_unprocessed: Path | None  # the segment holding the oldest unconsumed record
     oldest_age_s: float | None  # its age (from the segment's modification time)
+    missing: Vector = field(default_factory=dict)  # committed offsets beyond the records found here
 
     @property
     def total_pending(self) -> int:
@@ -99,10 +100,9 @@ class LandingSource:
                     oldest = (mtime, first_pending)
             available[part] = total
             pending[part] = max(0, total - offset)
-        stale = {p: committed[p] for p in committed if committed[p] > available.get(p, 0)}
-        if stale:
-            raise InvalidPosition(f"committed positions {stale} are beyond the records in {self.folder}")
-        return Backlog(pending, available, oldest[1] if oldest else None, now - oldest[0] if oldest else None)
+        missing = {p: committed[p] for p in committed if committed[p] > available.get(p, 0)}
+        return Backlog(pending, available, oldest[1] if oldest else None, now - oldest[0] if oldest else None,
+                       missing)
 
     def batches(self, committed: Vector, max_batch: int) -> Iterator[tuple[pa.Table, Vector, Vector]]:
         """Yield (events, start, end) batches of at most ``max_batch`` records, from ``committed`` on."""

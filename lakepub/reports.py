@@ -22,6 +22,7 @@ class LandingStatus:
     pending: int
     oldest_unprocessed: str | None
     oldest_age_s: float | None
+    missing: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,8 @@ def _landing(ws: Workspace, dataset: str, committed: dict[str, int], override: s
         return None
     backlog = src.backlog(committed)
     return LandingStatus(str(src.folder), backlog.total_pending,
-                         str(backlog.oldest_unprocessed) if backlog.oldest_unprocessed else None, backlog.oldest_age_s)
+                         str(backlog.oldest_unprocessed) if backlog.oldest_unprocessed else None, backlog.oldest_age_s,
+                         backlog.missing)
 
 
 def _iso(ms: int) -> str:
@@ -243,4 +245,7 @@ def status_text(s: DatasetStatus) -> str:
     if s.landing is not None:
         lines.append(f"  landing             {s.landing.pending} unprocessed record(s), oldest "
                      f"{output.human_age(s.landing.oldest_age_s)} ({s.landing.oldest_unprocessed or '-'})")
+        if s.landing.missing:
+            lines.append(f"  warning             committed offsets {output.vector(s.landing.missing)} are beyond the "
+                         f"records in {s.landing.folder} (published from elsewhere, or segments were removed)")
     return "\n".join(lines)

@@ -110,7 +110,8 @@ class Workspace:
         spec = self.dataset(dataset)
         src = LandingSource(self.config.landing_dir(spec.source, Path(landing) if landing else None))
         if not src.exists():
-            raise ConfigError(f"landing folder {src.folder} does not exist")
+            raise ConfigError(f"landing folder {src.folder} does not exist (it holds one folder per source "
+                              "partition, each with JSONL segments read in file-name order)")
         publisher = self.publisher(dataset)
         committed = self.committed_positions(dataset).get(spec.source, {})
         pending = src.backlog(committed).total_pending
@@ -156,7 +157,12 @@ class Workspace:
         try:
             return con.execute(sql).to_arrow_table()
         except duckdb.Error as exc:
-            raise QueryError(f"query failed: {' '.join(str(exc).split())}") from None
+            message = " ".join(str(exc).split())
+            unpublished = [n for n in self.config.datasets if n not in self.published_tables() and n in message]
+            if isinstance(exc, duckdb.CatalogException) and unpublished:
+                raise QueryError(f"dataset '{unpublished[0]}' has no published snapshot yet; "
+                                 f"run 'lakepub run {unpublished[0]}' or 'lakepub publish' first") from None
+            raise QueryError(f"query failed: {message}") from None
         finally:
             con.close()
 

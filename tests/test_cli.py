@@ -30,6 +30,14 @@ def test_repo_catalog_matches_the_init_templates():
         assert (repo / "catalog" / rel).read_text() == (repo / "lakepub/templates/catalog" / rel).read_text()
 
 
+def test_fresh_workspace_commands_explain_what_to_do(cli):
+    res = cli("query", "SELECT * FROM orders_daily")
+    assert res.code == 2 and "has no published snapshot yet" in res.err
+    res = cli("run", "orders_daily")
+    assert res.code == 0 and "nothing new" in res.out
+    assert "not published yet" in cli("status").out
+
+
 def test_no_workspace_is_a_one_line_error(tmp_path):
     res = CliRunner().invoke(main, ["-w", str(tmp_path), "status"])
     assert res.exit_code == 2 and "run 'lakepub init' first" in res.stderr
@@ -47,6 +55,9 @@ def test_read_commands_in_json(ws: Workspace, cli):
     status = cli("status", "--format", "json").json()
     assert status[0]["live_orders"] == 1 and status[0]["cents"] == 150 and status[0]["partitions"] == 1
     assert status[0]["positions"] == {"orders": {"p0": 3}}
+    # Published with `publish`, not from landing/: status says so instead of failing.
+    assert status[0]["landing"]["missing"] == {"p0": 3}
+    assert "are beyond the records" in cli("status").out
     log = cli("log", "orders_daily", "--format", "json").json()
     assert [e["end"] for e in log] == [{"p0": 3}, {"p0": 1}]
     assert log[0]["counts"]["deletes"] == 1
