@@ -77,11 +77,11 @@ class PayloadConflict(BlockedError):
 class StaleStart(BlockedError):
     """The batch does not start where the committed position vector of its source ends."""
 
-    def __init__(self, source: str, start: dict[str, int], committed: dict[str, int]):
+    def __init__(self, source: str, start: dict[str, int], committed: dict[str, int], note: str = ""):
         self.source, self.start, self.committed = source, start, committed
         super().__init__(
             f"stale start for source '{source}': batch starts at {_vec(start)} "
-            f"but the committed position is {_vec(committed)}; nothing was published"
+            f"but the committed position is {_vec(committed)}; nothing was published" + (f" ({note})" if note else "")
         )
 
 

@@ -305,6 +305,9 @@ def test_expiry_after_many_publishes(ws, ws_path):
     days = Workspace.open(ws_path).query(f"SELECT count(*) AS n FROM {DATASET}").column(0)[0].as_py()
     assert days == len(expected_rows(10))
     assert reports.log(Workspace.open(ws_path), DATASET)  # the kept history is still readable
+    # A retry of an expired batch cannot be recognised any more; the refusal says why.
+    with pytest.raises(StaleStart, match="were expired by the janitor"):
+        publish(Workspace.open(ws_path), 0)
     publish(Workspace.open(ws_path), 10)  # and the table takes new publishes
     assert_clean_and_correct(ws_path, 11)
 

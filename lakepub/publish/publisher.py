@@ -144,7 +144,8 @@ class Publisher:
         found = find_batch(summary, identity.batch_id)
         if found is not None:
             return self._already_published(identity, found[0].snapshot_id, found[1].positions, attempt)
-        raise StaleStart(identity.source, positions.normalize(identity.start), positions.normalize(committed))
+        raise StaleStart(identity.source, positions.normalize(identity.start), positions.normalize(committed),
+                         _truncated_history_note(summary, identity, committed))
 
     def _ledger_base(self, tables: DatasetTables) -> int | None:
         """The ledger snapshot that is consistent with the published table: the one its newest
@@ -267,3 +268,15 @@ def _ledger_rows(rows: pa.Table, batch_id: str) -> pa.Table:
     batch = pa.array([batch_id], pa.string()).take(pa.array(np.zeros(rows.num_rows, dtype=np.int64)))
     floor = pa.nulls(rows.num_rows, pa.int64())
     return rows.append_column("batch_id", batch).append_column("floor", floor).cast(LEDGER_ARROW)
+
+
+def _truncated_history_note(summary: Table, identity: BatchIdentity, committed: Vector) -> str:
+    """Say so when the batch may have been published before the retained history begins."""
+    oldest = min(summary.metadata.snapshots, key=lambda s: s.sequence_number, default=None)
+    if oldest is None or oldest.sequence_number <= 1:
+        return ""  # the whole history is there (the first snapshot has sequence number 1)
+    if any(offset > committed.get(part, 0) for part, offset in identity.end.items()):
+        return ""  # the batch reaches past the committed position: it cannot have been published
+    when = oldest.timestamp_ms // 1000
+    return (f"snapshots before {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(when))} UTC were expired by the "
+            "janitor; if this exact batch was published before then, its events are already included")

@@ -274,7 +274,10 @@ def workspace(folder: Path, stream_dir: Path | None = None):
 
     init_workspace(folder)
     if stream_dir is not None:
-        (folder / "landing" / SOURCE).symlink_to(Path(stream_dir).resolve(), target_is_directory=True)
+        link = folder / "landing" / SOURCE
+        if link.is_dir() and not link.is_symlink() and not any(link.iterdir()):
+            link.rmdir()  # the empty folder `lakepub init` creates
+        link.symlink_to(Path(stream_dir).resolve(), target_is_directory=True)
     return Workspace.open(folder)
 
 
