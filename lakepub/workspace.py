@@ -4,6 +4,7 @@
 >>> result = ws.publish("orders_daily", "batch.jsonl", source="orders", start={"p0": 0}, end={"p0": 4})
 >>> ws.run("orders_daily")                       # drain the landing folder
 >>> ws.connect().sql("SELECT * FROM orders_daily ORDER BY day").fetchall()
+>>> ws.status("orders_daily"), ws.log("orders_daily"), ws.verify("orders_daily")
 
 Every method raises ``lakepub.errors.LakepubError`` subclasses whose ``exit_code`` is the CLI's.
 """
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -32,6 +33,9 @@ from lakepub.store.layout import summary_id
 from lakepub.store.record import latest_record
 
 T = TypeVar("T")
+if TYPE_CHECKING:
+    from lakepub.reports import DatasetStatus, LogEntry, VerifyReport
+
 EventsInput = str | Path | pa.Table | Iterable[Mapping[str, Any]]
 
 
@@ -130,6 +134,24 @@ class Workspace:
                          positions.normalize(committed), positions.normalize(position))
 
     # --- reading ---------------------------------------------------------------------------
+
+    def status(self, dataset: str, *, landing: str | None = None) -> "DatasetStatus":
+        """What ``lakepub status DATASET`` shows, as a dataclass (``.as_dict()`` for JSON)."""
+        from lakepub import reports
+
+        return reports.status(self, dataset, landing=landing)
+
+    def log(self, dataset: str, limit: int | None = None) -> list["LogEntry"]:
+        """Publish history, newest first (``lakepub log``)."""
+        from lakepub import reports
+
+        return reports.log(self, dataset, limit)
+
+    def verify(self, dataset: str, *, deep: bool = False) -> "VerifyReport":
+        """Recompute partition checksums (and with ``deep`` the whole table from the ledger)."""
+        from lakepub import reports
+
+        return reports.verify(self, dataset, deep=deep)
 
     def committed_positions(self, dataset: str) -> dict[str, Vector]:
         table = self._summary_table(dataset)

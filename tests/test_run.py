@@ -105,3 +105,12 @@ def test_landing_lines_must_hold_one_record_each(ws: Workspace, cli):
     (p0 / ".00002.jsonl").rename(p0 / "00002.jsonl")
     assert cli("run", "orders_daily").code == 0
     assert _published(ws) == {__import__("datetime").date(2025, 1, 1): (400, 4)}
+
+
+def test_python_api_offers_the_read_commands(ws: Workspace):
+    ws.publish("orders_daily", [{"order_id": "A", "version": 1, "day": "2025-10-01", "cents": 5, "deleted": False}],
+               start={}, end={"p0": 1})
+    status = ws.status("orders_daily")
+    assert status.published and status.cents == 5 and status.positions == {"orders": {"p0": 1}}
+    assert [e.end for e in ws.log("orders_daily")] == [{"p0": 1}]
+    assert ws.verify("orders_daily", deep=True).ok
