@@ -141,14 +141,13 @@ class _Invalid(Exception):
 
 
 def _finish(raw: pa.Table) -> pa.Table:
-    day_text = raw.column("day")
-    lengths = pc.utf8_length(day_text)
-    if pc.any(pc.not_equal(lengths, 10)).as_py():
+    """The fast path's checks; any failure sends the caller to the line-by-line locator."""
+    if pc.any(pc.not_equal(pc.utf8_length(raw.column("day")), 10)).as_py():
         raise _Invalid()
-    table = raw.set_column(raw.schema.get_field_index("day"), "day", pc.cast(day_text, pa.date32()))
-    if _first_invalid_row(table) is not None:
-        raise _Invalid()
-    return table.cast(EVENT_SCHEMA)
+    try:
+        return events_from_arrow(raw)
+    except InvalidEvent:
+        raise _Invalid() from None
 
 
 def _first_invalid_row(table: pa.Table) -> tuple[int, str, str] | None:

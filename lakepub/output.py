@@ -44,10 +44,6 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def arrow_rows(result: pa.Table) -> list[dict[str, Any]]:
-    return result.to_pylist()
-
-
 def render_query(result: pa.Table, fmt: str) -> str:
     if fmt == "json":
         return to_json(result.to_pylist())

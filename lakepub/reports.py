@@ -88,14 +88,12 @@ def status(ws: Workspace, dataset: str, *, landing: str | None = None) -> Datase
     history = next(published_history(table), None)
     record = history[1] if history else None
     con = duck.connect(ws.config.catalog)
-    try:
-        days, orders, cents = con.execute(
-            f"SELECT count(*), coalesce(sum(orders), 0), coalesce(sum(cents), 0) FROM {duck.scan_sql(table.metadata_location)}"
-        ).fetchone()
-        part_days = con.execute(f"SELECT day FROM {duck.scan_sql(table.metadata_location)}").fetchall()
+    try:  # one row per day: small enough to total in Python from a single scan
+        rows = con.execute(f"SELECT day, cents, orders FROM {duck.scan_sql(table.metadata_location)}").fetchall()
     finally:
         con.close()
-    partitions = {partition_label(d, spec.partition) for (d,) in part_days}
+    days, cents, orders = len(rows), sum(r[1] for r in rows), sum(r[2] for r in rows)
+    partitions = {partition_label(d, spec.partition) for d, _, _ in rows}
     positions = record.positions if record else {}
     return DatasetStatus(
         dataset=dataset,

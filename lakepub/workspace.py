@@ -180,7 +180,8 @@ class Workspace:
             return con.execute(sql).to_arrow_table()
         except duckdb.Error as exc:
             message = " ".join(str(exc).split())
-            unpublished = [n for n in self.config.datasets if n not in self.published_tables() and n in message]
+            published = self.published_tables()
+            unpublished = [n for n in self.config.datasets if n not in published and n in message]
             if isinstance(exc, duckdb.CatalogException) and unpublished:
                 raise QueryError(f"dataset '{unpublished[0]}' has no published snapshot yet; "
                                  f"run 'lakepub run {unpublished[0]}' or 'lakepub publish' first") from None

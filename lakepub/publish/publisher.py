@@ -111,17 +111,22 @@ class Publisher:
         base_ledger: int | None = None
         for attempt in range(1, self.max_attempts + 1):
             tables = load_tables(self.catalog, self.namespace, self.spec.name)
-            done = self._check_position(tables.summary, identity, attempt)
+            previous = latest_record(tables.summary)
+            done = self._check_position(tables.summary, previous, identity, attempt)
             if done is not None:
                 return done
-            head = self._ledger_base(tables)
+            # The ledger snapshot the published table names: under the atomic commit it is the
+            # ledger's main; after an ordered-mode crash (or a switch of mode) main may hold an
+            # append no publish names, so the recorded snapshot is read and built on, in both modes.
+            head = previous.ledger_snapshot if previous else None
             if projection is not None and not self._commutes(tables.ledger, base_ledger, head, events):
                 projection = None  # a concurrent publish touched our orders: recompute
             if projection is None:
-                projection = project(self.con, events, _scan(tables.ledger, head))
+                ledger_sql = duck.scan_sql(tables.ledger.metadata_location, head) if head is not None else None
+                projection = project(self.con, events, ledger_sql)
                 base_ledger = head
             try:
-                return self._attempt(tables, projection, identity, attempt, head)
+                return self._attempt(tables, previous, projection, identity, attempt)
             except CommitConflict:
                 self.rebases += 1
                 time.sleep(self._backoff(attempt))
@@ -136,8 +141,8 @@ class Publisher:
             f"'{self.spec.name}'; nothing was published by this batch, retry it"
         )
 
-    def _check_position(self, summary: Table, identity: BatchIdentity, attempt: int) -> PublishResult | None:
-        record = latest_record(summary)
+    def _check_position(self, summary: Table, record: PublishRecord | None, identity: BatchIdentity,
+                        attempt: int) -> PublishResult | None:
         committed = (record.positions if record else {}).get(identity.source, {})
         if positions.same_position(identity.start, committed):
             return None
@@ -146,14 +151,6 @@ class Publisher:
             return self._already_published(identity, found[0].snapshot_id, found[1].positions, attempt)
         raise StaleStart(identity.source, positions.normalize(identity.start), positions.normalize(committed),
                          _truncated_history_note(summary, identity, committed))
-
-    def _ledger_base(self, tables: DatasetTables) -> int | None:
-        """The ledger snapshot that is consistent with the published table: the one its newest
-        snapshot records. Under the atomic commit it is the ledger's main; after an ordered-mode
-        crash (or a switch of mode) main may hold an append no publish names, so the recorded
-        snapshot is what is read and built on, in both modes."""
-        record = latest_record(tables.summary)
-        return record.ledger_snapshot if record else None
 
     def _commutes(self, ledger: Table, base_snapshot_id: int | None, head_snapshot_id: int | None,
                   events: pa.Table) -> bool:
@@ -169,11 +166,13 @@ class Publisher:
         finally:
             self.con.unregister("lp_rebase_events")
 
-    def _attempt(self, tables: DatasetTables, projection: Projection, identity: BatchIdentity,
-                 attempt: int, ledger_base: int | None) -> PublishResult:
-        rewrite = rewrite_partitions(self.con, _scan(tables.summary), projection.deltas, self.spec.partition)
+    def _attempt(self, tables: DatasetTables, previous: PublishRecord | None, projection: Projection,
+                 identity: BatchIdentity, attempt: int) -> PublishResult:
+        has_data = tables.summary.metadata.current_snapshot_id is not None
+        summary_sql = duck.scan_sql(tables.summary.metadata_location) if has_data else None
+        rewrite = rewrite_partitions(self.con, summary_sql, projection.deltas, self.spec.partition)
         counts = replace(projection.counts, partitions_rewritten=len(rewrite.partitions))
-        previous = latest_record(tables.summary)
+        ledger_base = previous.ledger_snapshot if previous else None
         new_positions = positions.advance(previous.positions if previous else {}, identity.source, identity.end)
 
         ledger_tx = None
@@ -250,18 +249,6 @@ class Publisher:
             audit.record(self.catalog, self.namespace, entry)
         except Exception as err:  # the refusal itself must reach the user even if the audit write fails
             warnings.warn(f"could not record the refused batch in the audit table: {err}", stacklevel=2)
-
-
-def _scan(table: Table, snapshot_id: int | None = -1) -> str | None:
-    """SQL reading ``table`` at ``snapshot_id`` (default: its current snapshot); None if empty."""
-    if snapshot_id == -1:
-        snapshot_id = table.metadata.current_snapshot_id
-        if snapshot_id is None:
-            return None
-        return duck.scan_sql(table.metadata_location)
-    if snapshot_id is None:
-        return None
-    return duck.scan_sql(table.metadata_location, snapshot_id)
 
 
 def _ledger_rows(rows: pa.Table, batch_id: str) -> pa.Table:

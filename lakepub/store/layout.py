@@ -19,7 +19,6 @@ from datetime import date
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
-from pyiceberg.expressions import And, BooleanExpression, GreaterThanOrEqual, LessThan, Or
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -129,22 +128,3 @@ def partition_range(label: str, grain: str) -> tuple[date, date]:
         return first, date(year + month // 12, month % 12 + 1, 1)
     year = int(label)
     return date(year, 1, 1), date(year + 1, 1, 1)
-
-
-def partitions_filter(labels: list[str], grain: str) -> BooleanExpression:
-    """Row filter matching exactly the given partitions (aligned to partition boundaries)."""
-    exprs: list[BooleanExpression] = []
-    for label in sorted(labels):
-        lo, hi = partition_range(label, grain)
-        exprs.append(And(GreaterThanOrEqual("day", lo.isoformat()), LessThan("day", hi.isoformat())))
-    if not exprs:
-        raise ValueError("no partitions")
-    return _balanced_or(exprs)
-
-
-def _balanced_or(exprs: list[BooleanExpression]) -> BooleanExpression:
-    """Or of many expressions as a balanced tree, so visitors never recurse thousands deep."""
-    if len(exprs) == 1:
-        return exprs[0]
-    mid = len(exprs) // 2
-    return Or(_balanced_or(exprs[:mid]), _balanced_or(exprs[mid:]))

@@ -43,7 +43,7 @@ def main() -> None:
     from pyiceberg.expressions import EqualTo
 
     from lakepub.landing import LandingSource
-    from lakepub.store.layout import LEDGER_ARROW, SUMMARY_ARROW, ledger_id, partitions_filter, summary_id
+    from lakepub.store.layout import LEDGER_ARROW, SUMMARY_ARROW, ledger_id, summary_id
 
     r = c.Report("overhead", "lakepub publish vs bare pyiceberg overwrite of the same partitions and rows",
                  args.quick, params={"events": events, "max_batch": max_batch, "measured_batches": n_measure})
@@ -120,6 +120,24 @@ def main() -> None:
             r.lines.append(f"  {label:<46} {seconds:9.3f} s  {100 * seconds / wall:4.0f}%")
     r.target("lakepub / bare overwrite <= 1.3x", ratio, "<=", 1.3)
     r.emit(args)
+
+
+def partitions_filter(labels: list[str], grain: str):
+    """The row filter a user would pass to ``Table.overwrite`` for exactly these partitions
+    (an Or of [first day, next first day) ranges, as a balanced tree)."""
+    from pyiceberg.expressions import And, GreaterThanOrEqual, LessThan, Or
+
+    from lakepub.store.layout import partition_range
+
+    exprs = []
+    for label in sorted(labels):
+        lo, hi = partition_range(label, grain)
+        exprs.append(And(GreaterThanOrEqual("day", lo.isoformat()), LessThan("day", hi.isoformat())))
+
+    def balanced(items):
+        return items[0] if len(items) == 1 else Or(balanced(items[: len(items) // 2]), balanced(items[len(items) // 2:]))
+
+    return balanced(exprs)
 
 
 if __name__ == "__main__":
