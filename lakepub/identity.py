@@ -37,14 +37,25 @@ def fingerprint(*fields: str) -> str:
     return h.hexdigest()
 
 
-def events_digest(events: pa.Table) -> str:
-    """Order-independent sha256 of a canonical events table (see ``lakepub.events.EVENT_SCHEMA``)."""
+def canonical(events: pa.Table) -> pa.Table:
+    """The events sorted on every field (order_id, version, deleted, day, cents), in one chunk.
+
+    The digest is computed in this order, and the projection relies on it (neighbouring rows
+    share an order and a version), so a batch is sorted once for both.
+    """
+    return events.take(pc.sort_indices(events, sort_keys=_SORT_KEYS)).combine_chunks()
+
+
+def events_digest(events: pa.Table, *, is_canonical: bool = False) -> str:
+    """Order-independent sha256 of an events table (see ``lakepub.events.EVENT_SCHEMA``).
+
+    ``is_canonical``: the table is already ``canonical(events)`` (saves sorting it again).
+    """
     h = hashlib.sha256(b"lakepub-events-v1")
     _field(h, str(events.num_rows).encode())
     if events.num_rows == 0:
         return h.hexdigest()
-    order = pc.sort_indices(events, sort_keys=_SORT_KEYS)
-    t = events.take(order).combine_chunks()
+    t = events if is_canonical else canonical(events)
     oid = t.column("order_id").chunk(0)
     offsets = np.frombuffer(oid.buffers()[1], dtype=np.int32)[oid.offset: oid.offset + len(oid) + 1]
     _field(h, np.diff(offsets).astype("<i8").tobytes())

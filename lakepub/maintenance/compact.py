@@ -20,6 +20,7 @@ from lakepub.identity import fingerprint
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_mode, reset_main
 from lakepub.store.layout import LEDGER_ARROW, SUMMARY_ARROW, load_tables
 from lakepub.store.record import Counts, latest_record
+from lakepub.store.write import transaction
 from lakepub.workspace import Workspace
 
 
@@ -61,12 +62,12 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
             SELECT order_id, version, day, cents, deleted, batch_id, version AS floor FROM {scan}
             QUALIFY row_number() OVER (PARTITION BY order_id ORDER BY version DESC) = 1
             ORDER BY order_id""").to_arrow_reader(batch_size=1_000_000)
-        ledger_tx = ledger.transaction()
+        ledger_tx = transaction(ledger)
         reset_main(ledger_tx, base)  # an append no publish names is not compacted in
         ledger_tx.overwrite(reader.cast(LEDGER_ARROW),
                             snapshot_properties={"lakepub.compaction": f"{rows_before}->{rows_after}"})
         compacted = ledger_tx.table_metadata.current_snapshot_id
-        summary_tx = tables.summary.transaction()
+        summary_tx = transaction(tables.summary)
         summary_tx.append(SUMMARY_ARROW.empty_table(), snapshot_properties=replace(
             record,
             batch_id=fingerprint("lakepub-compaction-v1", dataset, str(base), str(compacted)),

@@ -1,10 +1,10 @@
-"""Versioned projection of a batch against the ledger, computed in DuckDB.
+"""Versioned projection of a batch against the ledger.
 
 Given a validated batch of full-state events and the ledger (every distinct (order_id, version)
 accepted so far), compute:
 
 * conflicts: the same (order_id, version) with a different payload, inside the batch or against
-  the ledger; the first one blocks the publish;
+  the ledger; the first one (by order_id, version) blocks the publish;
 * the new ledger rows: distinct (order_id, version) not seen before (duplicates are ignored, and
   so are versions at or below an order's durable floor, left by ledger compaction);
 * per affected order, the state before (its highest ledger version) and after (the highest of
@@ -12,22 +12,30 @@ accepted so far), compute:
   depend on the order of events, and a tombstone can never be resurrected by an older version;
 * per-day deltas: retract the before state from its day, add the after state to its day.
 
-Only the ledger rows of the batch's orders are read (a semi-join that DuckDB can prune with the
-files' min/max statistics); the work is proportional to the batch, not to history.
+The batch arrives sorted by (order_id, version, ...) (``identity.canonical``, the order its digest
+is computed in), so every step on the batch side is a vectorised comparison of neighbouring rows
+in numpy: no hashing of the batch's string keys. Only the ledger rows of the batch's orders are
+read, by one DuckDB semi-join on the ledger snapshot; that lookup and the arithmetic here are
+proportional to the batch, the semi-join's scan of the ledger's ``order_id`` column is the only
+part that grows with history.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 
 import duckdb
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakepub.errors import PayloadConflict
 from lakepub.store.record import Counts
 
-_PAYLOAD = "order_id, version, day, cents, deleted"
+_PAYLOAD = ["order_id", "version", "day", "cents", "deleted"]
+_EPOCH = date(1970, 1, 1)
+_NO_FLOOR = np.iinfo(np.int64).min
 
 
 @dataclass(frozen=True)
@@ -37,83 +45,179 @@ class Projection:
     counts: Counts
 
 
-def project(con: duckdb.DuckDBPyConnection, events: pa.Table, ledger_sql: str | None) -> Projection:
-    """Project ``events`` onto the ledger read by the SQL table expression ``ledger_sql``.
+@dataclass(frozen=True)
+class _Rows:
+    """Columns of rows sorted by (order_id, version) as numpy arrays; nulls explicit."""
 
+    table: pa.Table
+    version: np.ndarray
+    day: np.ndarray  # int32 days since epoch, 0 where null
+    day_valid: np.ndarray
+    cents: np.ndarray  # int64, 0 where null
+    cents_valid: np.ndarray
+    deleted: np.ndarray
+
+    @classmethod
+    def of(cls, table: pa.Table) -> "_Rows":
+        day = pc.cast(table.column("day"), pa.int32())
+        return cls(
+            table=table,
+            version=_ints(table.column("version")),
+            day=_ints(day).astype(np.int32),
+            day_valid=_valid(day),
+            cents=_ints(table.column("cents")),
+            cents_valid=_valid(table.column("cents")),
+            deleted=table.column("deleted").to_numpy(zero_copy_only=False).astype(bool),
+        )
+
+    def same_payload(self, i: np.ndarray, other: "_Rows", j: np.ndarray) -> np.ndarray:
+        """Row-wise ``self[i] == other[j]`` on (day, cents, deleted), null equal to null."""
+        return ((self.day_valid[i] == other.day_valid[j]) & (self.day[i] == other.day[j])
+                & (self.cents_valid[i] == other.cents_valid[j]) & (self.cents[i] == other.cents[j])
+                & (self.deleted[i] == other.deleted[j]))
+
+
+def project(con: duckdb.DuckDBPyConnection, batch: pa.Table, ledger_sql: str | None) -> Projection:
+    """Project ``batch`` onto the ledger read by the SQL table expression ``ledger_sql``.
+
+    ``batch`` must be sorted by (order_id, version) (``identity.canonical`` does it);
     ``ledger_sql`` is None when the ledger is still empty.
     """
-    con.register("lp_events", events)
-    try:
-        return _project(con, events.num_rows, ledger_sql)
-    finally:
-        con.unregister("lp_events")
-        for name in ("lp_batch", "lp_prev", "lp_unseen", "lp_new", "lp_before", "lp_changed"):
-            con.execute(f"DROP TABLE IF EXISTS {name}")
+    n_events = batch.num_rows
+    rows = _Rows.of(batch.select(_PAYLOAD).combine_chunks())
+    oid = rows.table.column("order_id")
+    same_order = np.zeros(n_events, dtype=bool)
+    if n_events > 1:
+        same_order[1:] = pc.equal(oid.slice(1), oid.slice(0, n_events - 1)).to_numpy(zero_copy_only=False)
+    same_key = same_order.copy()
+    same_key[1:] &= rows.version[1:] == rows.version[:-1]
 
+    # Duplicates within the batch; two payloads for one key are neighbours after the sort.
+    later = np.flatnonzero(same_key)
+    differs = later[~rows.same_payload(later, rows, later - 1)]
+    if differs.size:
+        i = int(differs[0])
+        raise PayloadConflict(oid[i].as_py(), int(rows.version[i]), "two payloads in this batch")
 
-def _project(con: duckdb.DuckDBPyConnection, n_events: int, ledger_sql: str | None) -> Projection:
-    con.execute(f"CREATE OR REPLACE TEMP TABLE lp_batch AS SELECT DISTINCT {_PAYLOAD} FROM lp_events")
-    _raise_conflict(con, """
-        SELECT order_id, version, count(*) FROM lp_batch GROUP BY order_id, version HAVING count(*) > 1
-        ORDER BY order_id, version LIMIT 1""", "two payloads in this batch")
+    first = np.flatnonzero(~same_key)  # one row per distinct (order_id, version)
+    distinct = _take(rows, first)
+    d_order = np.cumsum(~same_order[first]) - 1  # order number of each distinct row
+    order_starts = np.flatnonzero(~same_order[first])
+    orders = distinct.table.column("order_id").take(pa.array(order_starts))
 
-    if ledger_sql is None:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE lp_prev AS SELECT {_PAYLOAD}, NULL::BIGINT AS floor FROM lp_batch LIMIT 0")
-    else:
-        con.execute(f"""
-            CREATE OR REPLACE TEMP TABLE lp_prev AS
-            SELECT {_PAYLOAD}, floor FROM {ledger_sql} AS l
-            WHERE l.order_id IN (SELECT DISTINCT order_id FROM lp_batch)""")
-    _raise_conflict(con, """
-        SELECT b.order_id, b.version, 1 FROM lp_batch b JOIN lp_prev p USING (order_id, version)
-        WHERE b.day IS DISTINCT FROM p.day OR b.cents IS DISTINCT FROM p.cents OR b.deleted <> p.deleted
-        ORDER BY b.order_id, b.version LIMIT 1""", "already published with another payload")
+    prev = _lookup(con, orders, ledger_sql)
+    p_order = pc.index_in(prev.table.column("order_id"), value_set=orders).to_numpy(zero_copy_only=False)
+    n_orders = len(order_starts)
 
-    # Unseen versions at or below a compacted order's floor were seen before compaction: stale.
-    con.execute("""
-        CREATE OR REPLACE TEMP TABLE lp_unseen AS
-        SELECT b.* FROM lp_batch b ANTI JOIN lp_prev p USING (order_id, version)""")
-    con.execute("""
-        CREATE OR REPLACE TEMP TABLE lp_new AS
-        SELECT u.* FROM lp_unseen u
-        LEFT JOIN (SELECT order_id, max(floor) AS floor FROM lp_prev GROUP BY order_id) f USING (order_id)
-        WHERE f.floor IS NULL OR u.version > f.floor""")
-    con.execute("""
-        CREATE OR REPLACE TEMP TABLE lp_before AS
-        SELECT * EXCLUDE (floor) FROM lp_prev QUALIFY row_number() OVER (PARTITION BY order_id ORDER BY version DESC) = 1""")
-    # An order changes when its highest new version is above its highest previous one.
-    con.execute("""
-        CREATE OR REPLACE TEMP TABLE lp_changed AS
-        SELECT n.* FROM (
-            SELECT * FROM lp_new QUALIFY row_number() OVER (PARTITION BY order_id ORDER BY version DESC) = 1
-        ) n LEFT JOIN lp_before b USING (order_id)
-        WHERE b.version IS NULL OR n.version > b.version""")
-    deltas_rows = con.execute("""
-        SELECT day, sum(dc)::BIGINT, sum(dn)::BIGINT FROM (
-            SELECT b.day, -b.cents AS dc, -1 AS dn
-            FROM lp_changed c JOIN lp_before b USING (order_id) WHERE NOT b.deleted
-            UNION ALL
-            SELECT day, cents, 1 FROM lp_changed WHERE NOT deleted
-        ) GROUP BY day HAVING sum(dc) <> 0 OR sum(dn) <> 0 ORDER BY day""").fetchall()
-    unseen, new_versions, stale, changed, deletes = con.execute("""
-        SELECT (SELECT count(*) FROM lp_unseen), (SELECT count(*) FROM lp_new),
-               (SELECT count(*) FROM lp_new n JOIN lp_before b USING (order_id) WHERE n.version < b.version),
-               count(*), count(*) FILTER (WHERE deleted)
-        FROM lp_changed""").fetchone()
-    new_rows = con.execute(f"SELECT {_PAYLOAD} FROM lp_new ORDER BY order_id, version").to_arrow_table()
+    # Ledger rows with the same (order_id, version) as a batch row: seen before, same payload or conflict.
+    seen = np.zeros(len(first), dtype=bool)
+    if prev.table.num_rows:
+        d_pos, p_pos = _match(d_order, distinct.version, p_order, prev.version)
+        bad = ~distinct.same_payload(d_pos, prev, p_pos)
+        if bad.any():
+            i = int(d_pos[np.flatnonzero(bad)[0]])
+            raise PayloadConflict(distinct.table.column("order_id")[i].as_py(), int(distinct.version[i]),
+                                  "already published with another payload")
+        seen[d_pos] = True
+
+    # Per order: the state before (its highest ledger version) and its compaction floor.
+    before_row = np.full(n_orders, -1, dtype=np.int64)
+    floor = np.full(n_orders, _NO_FLOOR, dtype=np.int64)
+    if prev.table.num_rows:
+        by_version = np.lexsort((prev.version, p_order))
+        grouped = p_order[by_version]
+        highest = by_version[np.r_[grouped[1:] != grouped[:-1], True]]  # the last row of each order
+        before_row[p_order[highest]] = highest
+        prev_floor = prev.table.column("floor")
+        floors = np.where(_valid(prev_floor), _ints(prev_floor), _NO_FLOOR)
+        np.maximum.at(floor, p_order, floors)
+    before_version = np.full(n_orders, _NO_FLOOR, dtype=np.int64)
+    has_before = before_row >= 0
+    before_version[has_before] = prev.version[before_row[has_before]]
+
+    # New versions: unseen and above the floor (versions at or below it were seen before compaction).
+    unseen = ~seen
+    new = unseen & (distinct.version > floor[d_order])
+    new_idx = np.flatnonzero(new)
+    new_order = d_order[new_idx]
+    stale = int(np.count_nonzero(distinct.version[new_idx] < before_version[new_order]))
+
+    # Per order, its highest new version (the last new row of the order) changes it if above before.
+    last_new = new_idx[np.r_[new_order[1:] != new_order[:-1], True]] if new_idx.size else new_idx
+    changed_rows = last_new[distinct.version[last_new] > before_version[d_order[last_new]]]
+    changed_orders = d_order[changed_rows]
+    deltas = _deltas(distinct, changed_rows, prev, before_row[changed_orders])
+
+    new_versions, n_unseen, changed = int(new_idx.size), int(np.count_nonzero(unseen)), int(changed_rows.size)
     counts = Counts(
         events=n_events,
         new_versions=new_versions,
-        duplicates=n_events - unseen,
-        stale=stale + (unseen - new_versions),
+        duplicates=n_events - n_unseen,
+        stale=stale + (n_unseen - new_versions),
         superseded=new_versions - changed - stale,
-        deletes=deletes,
+        deletes=int(np.count_nonzero(distinct.deleted[changed_rows])),
         orders_changed=changed,
     )
-    return Projection(new_ledger_rows=new_rows, deltas={d: (c, o) for d, c, o in deltas_rows}, counts=counts)
+    return Projection(new_ledger_rows=distinct.table.take(pa.array(new_idx)), deltas=deltas, counts=counts)
 
 
-def _raise_conflict(con: duckdb.DuckDBPyConnection, sql: str, detail: str) -> None:
-    row = con.execute(sql).fetchone()
-    if row is not None:
-        raise PayloadConflict(row[0], row[1], detail)
+def _lookup(con: duckdb.DuckDBPyConnection, orders: pa.Array, ledger_sql: str | None) -> _Rows:
+    """The ledger rows (payload + floor) of ``orders``."""
+    if ledger_sql is None or len(orders) == 0:
+        empty = pa.table({name: pa.array([], t) for name, t in
+                          (("order_id", pa.string()), ("version", pa.int64()), ("day", pa.date32()),
+                           ("cents", pa.int64()), ("deleted", pa.bool_()), ("floor", pa.int64()))})
+        return _Rows.of(empty)
+    con.register("lp_orders", pa.table({"order_id": orders}))
+    try:
+        table = con.execute(f"""
+            SELECT order_id, version, day, cents, deleted, floor FROM {ledger_sql} AS l
+            WHERE l.order_id IN (SELECT order_id FROM lp_orders)""").to_arrow_table()
+    finally:
+        con.unregister("lp_orders")
+    return _Rows.of(table.combine_chunks())
+
+
+def _match(a_group: np.ndarray, a_version: np.ndarray, b_group: np.ndarray, b_version: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Positions (i, j) with a[i] == b[j] on (group, version), in key order; ``a`` is unique on the key."""
+    _, ranks = np.unique(np.concatenate([a_version, b_version]), return_inverse=True)
+    ranks = ranks.astype(np.int64)
+    a_key = (a_group.astype(np.int64) << 32) | ranks[: len(a_version)]
+    b_key = (b_group.astype(np.int64) << 32) | ranks[len(a_version):]
+    _, i, j = np.intersect1d(a_key, b_key, return_indices=True)
+    return i, j
+
+
+def _deltas(after: _Rows, after_rows: np.ndarray, before: _Rows, before_rows: np.ndarray
+            ) -> dict[date, tuple[int, int]]:
+    """Per-day (cents, orders) deltas: retract each before state, add each after state."""
+    retract = before_rows[before_rows >= 0]
+    retract = retract[~before.deleted[retract]]
+    add = after_rows[~after.deleted[after_rows]]
+    days = np.concatenate([before.day[retract], after.day[add]])
+    cents = np.concatenate([-before.cents[retract], after.cents[add]])
+    n = np.concatenate([np.full(len(retract), -1, dtype=np.int64), np.ones(len(add), dtype=np.int64)])
+    if not days.size:
+        return {}
+    uniq, inverse = np.unique(days, return_inverse=True)
+    sum_cents = np.zeros(len(uniq), dtype=np.int64)
+    sum_n = np.zeros(len(uniq), dtype=np.int64)
+    np.add.at(sum_cents, inverse, cents)
+    np.add.at(sum_n, inverse, n)
+    return {_EPOCH + timedelta(days=int(d)): (int(c), int(o))
+            for d, c, o in zip(uniq, sum_cents, sum_n) if c != 0 or o != 0}
+
+
+def _take(rows: _Rows, idx: np.ndarray) -> _Rows:
+    return _Rows(table=rows.table.take(pa.array(idx)), version=rows.version[idx], day=rows.day[idx],
+                 day_valid=rows.day_valid[idx], cents=rows.cents[idx], cents_valid=rows.cents_valid[idx],
+                 deleted=rows.deleted[idx])
+
+
+def _ints(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return np.asarray(pc.fill_null(column, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _valid(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return pc.is_valid(column).to_numpy(zero_copy_only=False)

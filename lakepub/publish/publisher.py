@@ -31,7 +31,7 @@ from lakepub import duck, positions
 from lakepub.config import DatasetSpec
 from lakepub.errors import BlockedError, CommitContention, InvalidPosition, OutcomeUnknown, PayloadConflict, StaleStart
 from lakepub.faults import fault_point
-from lakepub.identity import BatchIdentity, events_digest
+from lakepub.identity import BatchIdentity, canonical, events_digest
 from lakepub.positions import Vector
 from lakepub.publish.projection import Projection, project
 from lakepub.publish.rebase import ledger_files_added_since, touches_orders
@@ -39,7 +39,7 @@ from lakepub.publish.rewrite import rewrite_partitions
 from lakepub.store import audit
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode, reset_main
 from lakepub.store.layout import LEDGER_ARROW, SUMMARY_ARROW, DatasetTables, ensure_tables, load_tables
-from lakepub.store.write import replace_partitions
+from lakepub.store.write import append_rows, replace_partitions, transaction
 from lakepub.store.record import Counts, PublishRecord, find_batch, latest_record
 
 
@@ -99,7 +99,8 @@ class Publisher:
                 f"batch has {events.num_rows} events but positions {positions.dumps(start)} -> "
                 f"{positions.dumps(end)} cover {covered} records"
             )
-        identity = BatchIdentity(self.spec.name, source, start, end, events_digest(events))
+        events = canonical(events)  # sorted once: the digest and the projection both need it
+        identity = BatchIdentity(self.spec.name, source, start, end, events_digest(events, is_canonical=True))
         try:
             return self._publish_with_retries(events, identity)
         except BlockedError as exc:
@@ -178,10 +179,10 @@ class Publisher:
         ledger_tx = None
         ledger_snapshot = ledger_base
         if projection.new_ledger_rows.num_rows:
-            ledger_tx = tables.ledger.transaction()
+            ledger_tx = transaction(tables.ledger)
             reset_main(ledger_tx, ledger_base)  # drops an unpublished append left on the ledger's main
-            ledger_tx.append(_ledger_rows(projection.new_ledger_rows, identity.batch_id),
-                             snapshot_properties={"lakepub.batch-id": identity.batch_id})
+            append_rows(ledger_tx, tables.ledger, _ledger_rows(projection.new_ledger_rows, identity.batch_id),
+                        {"lakepub.batch-id": identity.batch_id})
             ledger_snapshot = ledger_tx.table_metadata.current_snapshot_id
 
         record = PublishRecord(
@@ -195,10 +196,10 @@ class Publisher:
             totals=(previous.totals if previous else Counts()) + counts,
             ledger_snapshot=ledger_snapshot,
         )
-        summary_tx = tables.summary.transaction()
+        summary_tx = transaction(tables.summary)
         props = record.to_properties()
         if rewrite.partitions:
-            replace_partitions(summary_tx, tables.summary, rewrite.rows, rewrite.partitions, self.spec.partition, props)
+            replace_partitions(summary_tx, tables.summary, rewrite.parts, rewrite.partitions, self.spec.partition, props)
         else:
             summary_tx.append(SUMMARY_ARROW.empty_table(), snapshot_properties=props)
         fault_point("after-data-write")

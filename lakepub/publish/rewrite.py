@@ -21,8 +21,8 @@ from lakepub.store.layout import SUMMARY_ARROW, partition_label, partition_range
 
 @dataclass(frozen=True)
 class PartitionRewrite:
-    rows: pa.Table  # the full new content of the affected partitions
-    partitions: list[str]  # labels of the affected partitions
+    parts: dict[str, pa.Table]  # label -> the full new content of each affected partition left non-empty
+    partitions: list[str]  # labels of the affected partitions (emptied ones included)
     checksums: dict[str, str]  # label -> checksum of its new content (empty partitions included)
 
 
@@ -57,8 +57,13 @@ def rewrite_partitions(
     for day, (cents, orders) in sorted(merged.items()):
         if orders > 0:
             by_partition[partition_label(day, grain)].append((day, cents, orders))
-    rows = [row for label in labels for row in by_partition.get(label, [])]
-    table = pa.table(
+    parts = {label: _summary_rows(by_partition[label]) for label in labels if by_partition.get(label)}
+    checksums = {label: partition_checksum(by_partition.get(label, [])) for label in labels}
+    return PartitionRewrite(parts=parts, partitions=labels, checksums=checksums)
+
+
+def _summary_rows(rows: list[tuple[date, int, int]]) -> pa.Table:
+    return pa.table(
         {
             "day": pa.array([r[0] for r in rows], pa.date32()),
             "cents": pa.array([r[1] for r in rows], pa.int64()),
@@ -66,5 +71,3 @@ def rewrite_partitions(
         },
         schema=SUMMARY_ARROW,
     )
-    checksums = {label: partition_checksum(by_partition.get(label, [])) for label in labels}
-    return PartitionRewrite(rows=table, partitions=labels, checksums=checksums)
