@@ -14,6 +14,7 @@ have been published, whatever the batch sizes were.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -58,6 +59,11 @@ class Backlog:
         return sum(self.pending.values())
 
 
+def _stat_key(segment: Path) -> tuple[Path, int, int]:
+    stat = segment.stat()
+    return (segment, stat.st_size, stat.st_mtime_ns)
+
+
 class LandingSource:
     def __init__(self, folder: Path):
         self.folder = Path(folder)
@@ -65,11 +71,20 @@ class LandingSource:
 
     def count(self, segment: Path) -> int:
         """Records in a segment, cached while its size and modification time are unchanged."""
-        stat = segment.stat()
-        key = (segment, stat.st_size, stat.st_mtime_ns)
+        key = _stat_key(segment)
         if key not in self._counts:
             self._counts[key] = count_records(segment)
         return self._counts[key]
+
+    def count_all(self) -> None:
+        """Count every segment not counted yet, two at a time (file reads and numpy release the GIL)."""
+        keys = [key for part in self.partitions() for key in map(_stat_key, self.segments(part))
+                if key not in self._counts]
+        if len(keys) < 2:
+            return
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="lakepub-count") as pool:
+            for key, n in zip(keys, pool.map(lambda k: count_records(k[0]), keys)):
+                self._counts[key] = n
 
     def exists(self) -> bool:
         return self.folder.is_dir()
@@ -85,6 +100,7 @@ class LandingSource:
 
     def backlog(self, committed: Vector, now: float | None = None) -> Backlog:
         now = time.time() if now is None else now
+        self.count_all()
         pending, available = {}, {}
         oldest: tuple[float, Path] | None = None
         for part in self.partitions():

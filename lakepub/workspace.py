@@ -123,11 +123,12 @@ class Workspace:
             on_start(pending)
         results: list[PublishResult] = []
         position = dict(committed)
-        for events, start, end in _prefetched(src.batches(committed, max_batch)):
-            result = publisher.publish(events, source=spec.source, start=start, end=end)
+        prepared = ((publisher.prepare(events), start, end) for events, start, end in src.batches(committed, max_batch))
+        for batch, start, end in _prefetched(prepared):
+            result = publisher.publish(batch, source=spec.source, start=start, end=end)
             results.append(result)
             position = end
-            pending -= events.num_rows
+            pending -= batch.events.num_rows
             if on_batch:
                 on_batch(result, pending)
         return RunResult(dataset, spec.source, str(src.folder), results,
@@ -206,9 +207,9 @@ def _events_table(events: EventsInput) -> pa.Table:
 
 
 def _prefetched(batches: Iterator[T]) -> Iterator[T]:
-    """Read and validate the next batch in a background thread while the current one publishes.
+    """Read, validate and prepare the next batch in a background thread while the current one publishes.
 
-    pyarrow's JSON reader releases the GIL, so on two cores the read overlaps the publish. Only
+    pyarrow's JSON reader and sort release the GIL, so on two cores the read overlaps the publish. Only
     one batch is read ahead; an invalid event still surfaces right after the batches before it.
     """
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-read") as pool:

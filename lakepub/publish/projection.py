@@ -105,8 +105,7 @@ def project(con: duckdb.DuckDBPyConnection, batch: pa.Table, ledger_sql: str | N
     order_starts = np.flatnonzero(~same_order[first])
     orders = distinct.table.column("order_id").take(pa.array(order_starts))
 
-    prev = _lookup(con, orders, ledger_sql)
-    p_order = pc.index_in(prev.table.column("order_id"), value_set=orders).to_numpy(zero_copy_only=False)
+    prev, p_order = _lookup(con, orders, ledger_sql)
     n_orders = len(order_starts)
 
     # Ledger rows with the same (order_id, version) as a batch row: seen before, same payload or conflict.
@@ -161,21 +160,25 @@ def project(con: duckdb.DuckDBPyConnection, batch: pa.Table, ledger_sql: str | N
     return Projection(new_ledger_rows=distinct.table.take(pa.array(new_idx)), deltas=deltas, counts=counts)
 
 
-def _lookup(con: duckdb.DuckDBPyConnection, orders: pa.Array, ledger_sql: str | None) -> _Rows:
-    """The ledger rows (payload + floor) of ``orders``."""
+def _lookup(con: duckdb.DuckDBPyConnection, orders: pa.Array, ledger_sql: str | None) -> tuple[_Rows, np.ndarray]:
+    """The ledger rows (payload + floor) of ``orders``, and the position in ``orders`` of each.
+
+    The join returns the order's position rather than its id: no strings are materialised.
+    """
     if ledger_sql is None or len(orders) == 0:
         empty = pa.table({name: pa.array([], t) for name, t in
-                          (("order_id", pa.string()), ("version", pa.int64()), ("day", pa.date32()),
-                           ("cents", pa.int64()), ("deleted", pa.bool_()), ("floor", pa.int64()))})
-        return _Rows.of(empty)
-    con.register("lp_orders", pa.table({"order_id": orders}))
+                          (("version", pa.int64()), ("day", pa.date32()), ("cents", pa.int64()),
+                           ("deleted", pa.bool_()), ("floor", pa.int64()))})
+        return _Rows.of(empty), np.zeros(0, dtype=np.int64)
+    con.register("lp_orders", pa.table({"order_id": orders, "i": pa.array(np.arange(len(orders), dtype=np.int64))}))
     try:
         table = con.execute(f"""
-            SELECT order_id, version, day, cents, deleted, floor FROM {ledger_sql} AS l
-            WHERE l.order_id IN (SELECT order_id FROM lp_orders)""").to_arrow_table()
+            SELECT o.i, l.version, l.day, l.cents, l.deleted, l.floor
+            FROM {ledger_sql} AS l JOIN lp_orders AS o ON l.order_id = o.order_id""").to_arrow_table()
     finally:
         con.unregister("lp_orders")
-    return _Rows.of(table.combine_chunks())
+    table = table.combine_chunks()
+    return _Rows.of(table), table.column("i").to_numpy()
 
 
 def _match(a_group: np.ndarray, a_version: np.ndarray, b_group: np.ndarray, b_version: np.ndarray

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
@@ -41,6 +42,17 @@ from lakepub.store.commit import CommitConflict, TableChange, commit_atomically,
 from lakepub.store.layout import LEDGER_ARROW, SUMMARY_ARROW, DatasetTables, ensure_tables, load_tables
 from lakepub.store.write import append_rows, replace_partitions, transaction
 from lakepub.store.record import Counts, PublishRecord, find_batch, latest_record
+
+
+_WARM_UP = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-duckdb")
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    """A batch's events in canonical order with their digest (``Publisher.prepare``)."""
+
+    events: pa.Table
+    digest: str
 
 
 @dataclass(frozen=True)
@@ -79,7 +91,9 @@ class Publisher:
         mode: str = "auto",
     ):
         self.catalog, self.namespace, self.spec = catalog, namespace, spec
-        self._duck_factory = duck_factory
+        # Loading DuckDB's extensions takes ~0.15 s; it runs in the background while the first
+        # batch is read and projected (a first publish onto an empty ledger needs no DuckDB).
+        self._con_future: Future[duckdb.DuckDBPyConnection] = _WARM_UP.submit(duck_factory)
         self._con: duckdb.DuckDBPyConnection | None = None
         self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
         self.rebases = 0  # commit races lost and retried, for tests and benchmarks
@@ -89,18 +103,28 @@ class Publisher:
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
-            self._con = self._duck_factory()
+            self._con = self._con_future.result()
         return self._con
 
-    def publish(self, events: pa.Table, *, source: str, start: Vector, end: Vector) -> PublishResult:
+    @staticmethod
+    def prepare(events: pa.Table) -> PreparedBatch:
+        """Sort the events canonically and digest them: the part of a publish that needs no table.
+
+        ``Workspace.run`` prepares the next batch in its read-ahead thread.
+        """
+        events = canonical(events)  # sorted once: the digest and the projection both need it
+        return PreparedBatch(events, events_digest(events, is_canonical=True))
+
+    def publish(self, events: pa.Table | PreparedBatch, *, source: str, start: Vector, end: Vector) -> PublishResult:
+        prepared = events if isinstance(events, PreparedBatch) else self.prepare(events)
+        events = prepared.events
         covered = positions.check_range(start, end)
         if covered != events.num_rows:
             raise InvalidPosition(
                 f"batch has {events.num_rows} events but positions {positions.dumps(start)} -> "
                 f"{positions.dumps(end)} cover {covered} records"
             )
-        events = canonical(events)  # sorted once: the digest and the projection both need it
-        identity = BatchIdentity(self.spec.name, source, start, end, events_digest(events, is_canonical=True))
+        identity = BatchIdentity(self.spec.name, source, start, end, prepared.digest)
         try:
             return self._publish_with_retries(events, identity)
         except BlockedError as exc:
@@ -182,7 +206,7 @@ class Publisher:
             ledger_tx = transaction(tables.ledger)
             reset_main(ledger_tx, ledger_base)  # drops an unpublished append left on the ledger's main
             append_rows(ledger_tx, tables.ledger, _ledger_rows(projection.new_ledger_rows, identity.batch_id),
-                        {"lakepub.batch-id": identity.batch_id})
+                        {"lakepub.batch-id": identity.batch_id}, plain=("order_id",))
             ledger_snapshot = ledger_tx.table_metadata.current_snapshot_id
 
         record = PublishRecord(

@@ -143,8 +143,10 @@ def commit_atomically(catalog: Catalog, changes: list[TableChange]) -> dict[str,
     require_atomic_commit(catalog)
     staged: list[tuple[tuple[str, ...], str, str]] = []
     for change in changes:
+        # Staged on the table as loaded when the transaction began: if another writer moved it
+        # since, the compare-and-set of its metadata location below fails (CommitConflict).
         ident = change.table.name()
-        current = catalog.load_table(ident)
+        current = change.table
         requirements, updates = change.requirements_and_updates()
         try:
             new = catalog._update_and_stage_table(current, ident, requirements, updates)  # noqa: SLF001

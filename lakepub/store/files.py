@@ -50,13 +50,17 @@ class _PartitionPath:
 class FileWriter:
     """Writes data files of one table (at one metadata version) with its current schema and spec."""
 
-    def __init__(self, metadata: TableMetadata, io: FileIO):
+    def __init__(self, metadata: TableMetadata, io: FileIO, *, plain: tuple[str, ...] = ()):
+        """``plain``: columns written without dictionary encoding (e.g. unique keys, where
+        building the dictionary is wasted work and makes the file larger)."""
         self.metadata, self.io = metadata, io
         self.schema = metadata.schema()
         self.spec = metadata.spec()
         self.arrow_schema = schema_to_pyarrow(self.schema, include_field_ids=True)
         props = metadata.properties
         self._kwargs = _get_parquet_writer_kwargs(props)
+        if plain:
+            self._kwargs["use_dictionary"] = [name for name in self.arrow_schema.names if name not in plain]
         self._row_group_size = property_as_int(props, TableProperties.PARQUET_ROW_GROUP_LIMIT,
                                                TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT)
         self._stats_plan = compute_statistics_plan(self.schema, props)

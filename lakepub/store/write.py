@@ -92,13 +92,14 @@ def replace_partitions(tx: Transaction, table: Table, parts: dict[str, pa.Table]
             overwrite.append_data_file(data_file)
 
 
-def append_rows(tx: Transaction, table: Table, rows: pa.Table, snapshot_properties: dict[str, str]) -> None:
+def append_rows(tx: Transaction, table: Table, rows: pa.Table, snapshot_properties: dict[str, str], *,
+                plain: tuple[str, ...] = ()) -> None:
     """Stage in ``tx`` one append snapshot of ``rows`` as one data file (unpartitioned table).
 
     Like ``Transaction.append`` (merging manifests when the table's properties ask for it),
-    with the data file written by ``FileWriter``.
+    with the data file written by ``FileWriter`` (``plain``: columns without dictionary encoding).
     """
-    data_files = FileWriter(tx.table_metadata, table.io).write([(None, rows)])
+    data_files = FileWriter(tx.table_metadata, table.io, plain=plain).write([(None, rows)])
     update = tx.update_snapshot(snapshot_properties=snapshot_properties)
     merge = tx.table_metadata.properties.get(TableProperties.MANIFEST_MERGE_ENABLED, "false").lower() == "true"
     with (update.merge_append() if merge else update.fast_append()) as append:
