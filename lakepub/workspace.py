@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 import duckdb
 import pyarrow as pa
@@ -28,11 +28,10 @@ from lakepub.errors import ConfigError, QueryError
 from lakepub.events import events_from_arrow, events_from_records, read_events
 from lakepub.landing import LandingSource
 from lakepub.positions import Vector
-from lakepub.publish.publisher import Publisher, PublishResult
+from lakepub.publish.publisher import PreparedBatch, Publisher, PublishResult
 from lakepub.store.layout import summary_id
 from lakepub.store.record import latest_record
 
-T = TypeVar("T")
 if TYPE_CHECKING:
     from lakepub.reports import DatasetStatus, LogEntry, VerifyReport
 
@@ -116,21 +115,22 @@ class Workspace:
         if not src.exists():
             raise ConfigError(f"landing folder {src.folder} does not exist (it holds one folder per source "
                               "partition, each with JSONL segments read in file-name order)")
-        publisher = self.publisher(dataset)
         committed = self.committed_positions(dataset).get(spec.source, {})
         pending = src.backlog(committed).total_pending
         if on_start:
             on_start(pending)
         results: list[PublishResult] = []
         position = dict(committed)
-        prepared = ((publisher.prepare(events), start, end) for events, start, end in src.batches(committed, max_batch))
-        for batch, start, end in _prefetched(prepared):
-            result = publisher.publish(batch, source=spec.source, start=start, end=end)
-            results.append(result)
-            position = end
-            pending -= batch.events.num_rows
-            if on_batch:
-                on_batch(result, pending)
+        # The first batch is read while the publisher opens (or creates) the dataset's tables.
+        with _ReadAhead(src.batches(committed, max_batch), Publisher.prepare) as batches:
+            publisher = self.publisher(dataset)
+            for batch, start, end in batches:
+                result = publisher.publish(batch, source=spec.source, start=start, end=end)
+                results.append(result)
+                position = end
+                pending -= batch.events.num_rows
+                if on_batch:
+                    on_batch(result, pending)
         return RunResult(dataset, spec.source, str(src.folder), results,
                          positions.normalize(committed), positions.normalize(position))
 
@@ -206,14 +206,31 @@ def _events_table(events: EventsInput) -> pa.Table:
     return events_from_records(events)
 
 
-def _prefetched(batches: Iterator[T]) -> Iterator[T]:
+class _ReadAhead:
     """Read, validate and prepare the next batch in a background thread while the current one publishes.
 
-    pyarrow's JSON reader and sort release the GIL, so on two cores the read overlaps the publish. Only
-    one batch is read ahead; an invalid event still surfaces right after the batches before it.
+    pyarrow's JSON reader and sort release the GIL, so on two cores the read overlaps the publish.
+    Only one batch is read ahead (the first as soon as this is created); an invalid event still
+    surfaces right after the batches before it.
     """
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-read") as pool:
-        ahead = pool.submit(next, batches, None)
-        while (item := ahead.result()) is not None:
-            ahead = pool.submit(next, batches, None)
+
+    def __init__(self, batches: Iterator[tuple[pa.Table, Vector, Vector]],
+                 prepare: Callable[[pa.Table], PreparedBatch]):
+        self._batches, self._prepare = batches, prepare
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-read")
+        self._ahead = self._pool.submit(self._read)
+
+    def _read(self) -> tuple[PreparedBatch, Vector, Vector] | None:
+        item = next(self._batches, None)
+        return None if item is None else (self._prepare(item[0]), item[1], item[2])
+
+    def __iter__(self) -> Iterator[tuple[PreparedBatch, Vector, Vector]]:
+        while (item := self._ahead.result()) is not None:
+            self._ahead = self._pool.submit(self._read)
             yield item
+
+    def __enter__(self) -> "_ReadAhead":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)

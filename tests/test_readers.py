@@ -30,11 +30,18 @@ def test_connect_exposes_a_view_per_published_dataset(ws: Workspace):
     assert con.execute("SELECT cents, orders FROM orders_daily").fetchall() == [(5, 1)]
 
 
-def test_manifests_of_the_published_table_stay_bounded(ws: Workspace):
+def test_published_snapshot_lists_one_manifest_with_existing_deleted_and_added_entries(ws: Workspace):
     for month in range(1, 13):  # each publish rewrites another partition
         event = {"order_id": f"m{month}", "version": 1, "day": f"2025-{month:02d}-05", "cents": month, "deleted": False}
         ws.publish("orders_daily", [event], start={"p0": month - 1}, end={"p0": month})
+    correction = {"order_id": "m3", "version": 2, "day": "2025-04-06", "cents": 30, "deleted": False}
+    ws.publish("orders_daily", [correction], start={"p0": 12}, end={"p0": 13})  # March loses, April gains
     table = ws.catalog.load_table(("lakepub", "orders_daily"))
-    assert len(table.current_snapshot().manifests(table.io)) <= 3
-    assert len(list(table.scan().plan_files())) == 12
-    assert ws.query("SELECT sum(cents) FROM orders_daily").column(0)[0].as_py() == sum(range(1, 13))
+    manifests = table.current_snapshot().manifests(table.io)
+    assert len(manifests) == 1
+    statuses = sorted(e.status.name for e in manifests[0].fetch_manifest_entry(table.io, discard_deleted=False))
+    assert statuses == ["ADDED"] + ["DELETED"] * 2 + ["EXISTING"] * 10  # April re-added, March emptied
+    assert len(list(table.scan().plan_files())) == 11
+    expected = sum(range(1, 13)) - 3 + 30
+    assert ws.query("SELECT sum(cents) FROM orders_daily").column(0)[0].as_py() == expected
+    assert ws.query("SELECT count(*) FROM orders_daily WHERE month(day) = 3").column(0)[0].as_py() == 0

@@ -125,7 +125,7 @@ def project(con: duckdb.DuckDBPyConnection, batch: pa.Table, ledger_sql: str | N
     if prev.table.num_rows:
         by_version = np.lexsort((prev.version, p_order))
         grouped = p_order[by_version]
-        highest = by_version[np.r_[grouped[1:] != grouped[:-1], True]]  # the last row of each order
+        highest = by_version[np.append(grouped[1:] != grouped[:-1], True)]  # the last row of each order
         before_row[p_order[highest]] = highest
         prev_floor = prev.table.column("floor")
         floors = np.where(_valid(prev_floor), _ints(prev_floor), _NO_FLOOR)
@@ -142,7 +142,7 @@ def project(con: duckdb.DuckDBPyConnection, batch: pa.Table, ledger_sql: str | N
     stale = int(np.count_nonzero(distinct.version[new_idx] < before_version[new_order]))
 
     # Per order, its highest new version (the last new row of the order) changes it if above before.
-    last_new = new_idx[np.r_[new_order[1:] != new_order[:-1], True]] if new_idx.size else new_idx
+    last_new = new_idx[np.append(new_order[1:] != new_order[:-1], True)] if new_idx.size else new_idx
     changed_rows = last_new[distinct.version[last_new] > before_version[d_order[last_new]]]
     changed_orders = d_order[changed_rows]
     deltas = _deltas(distinct, changed_rows, prev, before_row[changed_orders])
