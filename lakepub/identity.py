@@ -74,12 +74,31 @@ def _int_bytes(column: pa.ChunkedArray | pa.Array, null_value: int) -> bytes:
     return np.ascontiguousarray(filled.to_numpy()).astype("<i8").tobytes()
 
 
+RECORDED_CHECKSUM_HEX = 16  # a publish records the first 64 bits of each partition's checksum
+
+
 def partition_checksum(rows: Iterable[tuple[date, int, int]]) -> str:
-    """Checksum of one published partition: its (day, cents, orders) rows sorted by day."""
+    """Checksum of one published partition: sha256 hex of its (day, cents, orders) rows sorted by day.
+
+    Publishes record its first ``RECORDED_CHECKSUM_HEX`` characters (enough to detect any
+    accidental change; the snapshot summary of every retained snapshot carries one per rewritten
+    partition, and readers parse them all with the table metadata); ``checksum_matches``
+    accepts such a prefix as well as the full digest recorded by earlier versions.
+    """
     h = hashlib.sha256(b"lakepub-partition-v1")
     for day, cents, orders in sorted(rows):
         _field(h, f"{day.isoformat()}|{cents}|{orders}".encode())
     return h.hexdigest()
+
+
+def recorded_checksum(rows: Iterable[tuple[date, int, int]]) -> str:
+    """What a publish records for a partition: a prefix of ``partition_checksum``."""
+    return partition_checksum(rows)[:RECORDED_CHECKSUM_HEX]
+
+
+def checksum_matches(recorded: str, actual: str) -> bool:
+    """Whether a recorded checksum (a prefix of at least 16 characters, or the full digest) matches."""
+    return len(recorded) >= RECORDED_CHECKSUM_HEX and actual.startswith(recorded)
 
 
 @dataclass(frozen=True)

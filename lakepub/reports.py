@@ -8,7 +8,7 @@ from datetime import date, datetime, timezone
 
 from lakepub import duck, output
 from lakepub.errors import VerifyFailed
-from lakepub.identity import partition_checksum
+from lakepub.identity import checksum_matches, partition_checksum
 from lakepub.landing import LandingSource
 from lakepub.store import audit
 from lakepub.store.layout import ledger_id, partition_label
@@ -156,7 +156,7 @@ def verify(ws: Workspace, dataset: str, *, deep: bool = False) -> VerifyReport:
             actual = partition_checksum(by_partition.get(label, []))
             if label not in recorded:
                 mismatches.append(f"partition {label}: has data but no recorded checksum")
-            elif recorded[label] != actual:
+            elif not checksum_matches(recorded[label], actual):
                 mismatches.append(f"partition {label}: checksum {actual[:12]} != recorded {recorded[label][:12]}")
         if deep:
             mismatches += _deep_check(ws, dataset, con, rows)

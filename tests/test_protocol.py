@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import date
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -10,6 +11,7 @@ import pytest
 
 from conftest import A1, A2, B1, B2, published_pointers, summary_rows, write_jsonl
 from lakepub.errors import InvalidEvent, InvalidPosition, PayloadConflict, StaleStart
+from lakepub.identity import checksum_matches, partition_checksum, recorded_checksum
 from lakepub.store.record import latest_record
 from lakepub.workspace import Workspace
 
@@ -138,9 +140,19 @@ def test_snapshot_summary_records_the_protocol(published: Workspace):
     props = table.current_snapshot().summary.additional_properties
     assert json.loads(props["lakepub.positions"]) == {"orders": {"p0": 3}, "returns": {"r0": 1}}
     assert props["lakepub.contract"] == "contracts/orders@v1.0"
-    assert json.loads(props["lakepub.checksums"]).keys() == {"2025-10"}
+    checksums = json.loads(props["lakepub.checksums"])
+    assert checksums.keys() == {"2025-10"} and len(checksums["2025-10"]) == 16  # a 64-bit prefix
     counts = json.loads(props["lakepub.counts"])
     assert counts["events"] == 1 and counts["orders_changed"] == 1
     batch = json.loads(props["lakepub.batch"])
     assert batch["source"] == "returns" and batch["end"] == {"r0": 1} and len(batch["events_sha256"]) == 64
     assert result.snapshot_id in {s.snapshot_id for s in table.snapshots()}
+
+
+def test_recorded_checksums_match_as_prefix_or_full_digest():
+    rows = [(date(2025, 10, 1), 500, 2)]
+    full = partition_checksum(rows)
+    assert recorded_checksum(rows) == full[:16]
+    assert checksum_matches(full[:16], full) and checksum_matches(full, full)  # new and earlier records
+    assert not checksum_matches(full[:15], full)  # too short to count
+    assert not checksum_matches(partition_checksum([(date(2025, 10, 1), 501, 2)])[:16], full)

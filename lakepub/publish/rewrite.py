@@ -15,7 +15,7 @@ import duckdb
 import pyarrow as pa
 
 from lakepub.errors import LakepubError
-from lakepub.identity import partition_checksum
+from lakepub.identity import recorded_checksum
 from lakepub.store.layout import SUMMARY_ARROW, partition_label, partition_range
 
 
@@ -58,7 +58,7 @@ def rewrite_partitions(
         if orders > 0:
             by_partition[partition_label(day, grain)].append((day, cents, orders))
     parts = {label: _summary_rows(by_partition[label]) for label in labels if by_partition.get(label)}
-    checksums = {label: partition_checksum(by_partition.get(label, [])) for label in labels}
+    checksums = {label: recorded_checksum(by_partition.get(label, [])) for label in labels}
     return PartitionRewrite(parts=parts, partitions=labels, checksums=checksums)
 
 
