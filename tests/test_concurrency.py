@@ -193,3 +193,22 @@ def test_race_lost_between_staging_and_pointer_swap(ws: Workspace, monkeypatch):
         commit_atomically(ws.catalog, [TableChange(ledger, ltx), TableChange(summary, stx)])
     # The ledger's pointer did not move although its own compare-and-set would have succeeded.
     assert ws.catalog.load_table(("lakepub", "orders_daily__ledger")).metadata_location == ledger.metadata_location
+
+
+def test_two_handles_in_one_process_each_rewrite_from_the_others_commits(ws_path: Path):
+    """A publisher keeps the published table's rows and files between its publishes; a commit by
+    another handle (same partitions or others) must make it read the table again, not reuse them."""
+    first, second = Workspace.open(ws_path), Workspace.open(ws_path)
+    events: list[dict] = []
+    handles = [first, second, second, first, first, second]
+    for i, handle in enumerate(handles):
+        batch = [payload(f"o{j}", i + 1) for j in range(i, i + 6)]  # overlapping orders, new versions
+        events += batch
+        handle.publish("orders_daily", batch, source=f"s{i % 2}",
+                       start=handle.committed_positions("orders_daily").get(f"s{i % 2}", {}),
+                       end={"p0": handle.committed_positions("orders_daily").get(f"s{i % 2}", {}).get("p0", 0) + 6})
+    expected = {d: (c, n) for d, (c, n) in oracle_summary(events).items() if n}
+    for handle in (first, second):
+        rows = handle.query("SELECT day, cents, orders FROM orders_daily ORDER BY day").to_pylist()
+        assert {r["day"]: (r["cents"], r["orders"]) for r in rows} == expected
+    assert Workspace.open(ws_path).verify("orders_daily").ok

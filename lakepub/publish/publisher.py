@@ -4,7 +4,8 @@
 2. the start vector must equal the committed vector of its source, else the batch is either
    already published (same identity in the history: success, nothing to do) or stale (refused);
 3. project the batch against the ledger (conflicts block the publish);
-4. rewrite the affected partitions of the published table;
+4. rewrite the affected partitions of the published table (its current rows and files are kept
+   between publishes while no one else moves it: publish/published_state.py);
 5. write the new files, then commit ledger + published table (whose snapshot summary carries the
    checkpoint) in one atomic catalog commit that asserts both expected parents;
 6. a lost race reloads and starts over from step 2, a bounded number of times with backoff.
@@ -36,11 +37,13 @@ from lakepub.identity import BatchIdentity, canonical, events_digest
 from lakepub.positions import Vector
 from lakepub.publish.projection import Projection, project
 from lakepub.publish.rebase import ledger_files_added_since, touches_orders
+from lakepub.publish import published_state
+from lakepub.publish.published_state import PublishedState
 from lakepub.publish.rewrite import rewrite_partitions
 from lakepub.store import audit
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode, reset_main
-from lakepub.store.layout import LEDGER_ARROW, SUMMARY_ARROW, DatasetTables, ensure_tables, load_tables
-from lakepub.store.write import append_rows, replace_partitions, transaction
+from lakepub.store.layout import LEDGER_ARROW, SUMMARY_ARROW, DatasetTables, day_partition_value, ensure_tables, load_tables
+from lakepub.store.write import append_rows, partition_value, replace_partitions, transaction
 from lakepub.store.record import Counts, PublishRecord, find_batch, latest_record
 
 
@@ -95,6 +98,7 @@ class Publisher:
         # batch is read and projected (a first publish onto an empty ledger needs no DuckDB).
         self._con_future: Future[duckdb.DuckDBPyConnection] = _WARM_UP.submit(duck_factory)
         self._con: duckdb.DuckDBPyConnection | None = None
+        self._published: PublishedState | None = None  # see publish/published_state.py
         self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
         self.rebases = 0  # commit races lost and retried, for tests and benchmarks
         self.ordered = commit_mode(catalog, mode) == "ordered"
@@ -193,9 +197,10 @@ class Publisher:
 
     def _attempt(self, tables: DatasetTables, previous: PublishRecord | None, projection: Projection,
                  identity: BatchIdentity, attempt: int) -> PublishResult:
-        has_data = tables.summary.metadata.current_snapshot_id is not None
-        summary_sql = duck.scan_sql(tables.summary.metadata_location) if has_data else None
-        rewrite = rewrite_partitions(self.con, summary_sql, projection.deltas, self.spec.partition)
+        grain = self.spec.partition
+        state = self._published_state(tables.summary)
+        values = {day_partition_value(day, grain) for day in projection.deltas}
+        rewrite = rewrite_partitions(state.rows_of(values), projection.deltas, grain)
         counts = replace(projection.counts, partitions_rewritten=len(rewrite.partitions))
         ledger_base = previous.ledger_snapshot if previous else None
         new_positions = positions.advance(previous.positions if previous else {}, identity.source, identity.end)
@@ -222,8 +227,10 @@ class Publisher:
         )
         summary_tx = transaction(tables.summary)
         props = record.to_properties()
+        new_files = []
         if rewrite.partitions:
-            replace_partitions(summary_tx, tables.summary, rewrite.parts, rewrite.partitions, self.spec.partition, props)
+            new_files = replace_partitions(summary_tx, tables.summary, state.files_of(values), rewrite.parts, grain,
+                                           props)
         else:
             summary_tx.append(SUMMARY_ARROW.empty_table(), snapshot_properties=props)
         fault_point("after-data-write")
@@ -234,11 +241,14 @@ class Publisher:
         else:
             commit_atomically(self.catalog, changes)
         fault_point("after-commit")
+        snapshot_id = summary_tx.table_metadata.current_snapshot_id
+        new_rows = {partition_value(label, grain): rows for label, rows in rewrite.rows.items()}
+        self._published = state.replaced(snapshot_id, values, new_rows, new_files)
         return PublishResult(
             status="published",
             dataset=self.spec.name,
             batch_id=identity.batch_id,
-            snapshot_id=summary_tx.table_metadata.current_snapshot_id,
+            snapshot_id=snapshot_id,
             source=identity.source,
             start=positions.normalize(identity.start),
             end=positions.normalize(identity.end),
@@ -247,6 +257,15 @@ class Publisher:
             partitions=rewrite.partitions,
             attempts=attempt,
         )
+
+    def _published_state(self, summary: Table) -> PublishedState:
+        """The published table's rows and files: kept from our last publish if still current."""
+        current = summary.metadata.current_snapshot_id
+        if current is None:
+            return PublishedState(None, {}, {})
+        if self._published is None or self._published.snapshot_id != current:
+            self._published = published_state.load(self.con, summary, self.spec.partition)
+        return self._published
 
     def _already_published(self, identity: BatchIdentity, snapshot_id: int, committed: dict[str, Vector],
                            attempt: int) -> PublishResult:

@@ -1,6 +1,6 @@
 """Apply per-day deltas to the affected partitions of the published table.
 
-Only partitions containing a day with a non-zero delta are read and rewritten; every other
+Only partitions containing a day with a non-zero delta are rewritten; every other
 partition keeps its files. A correction that moves an order to another day retracts it from the
 old day's partition and adds it to the new one in the same rewrite, so both change in one commit.
 """
@@ -10,13 +10,13 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date
+from typing import Mapping
 
-import duckdb
 import pyarrow as pa
 
 from lakepub.errors import LakepubError
 from lakepub.identity import recorded_checksum
-from lakepub.store.layout import SUMMARY_ARROW, partition_label, partition_range
+from lakepub.store.layout import SUMMARY_ARROW, partition_label
 
 
 @dataclass(frozen=True)
@@ -24,24 +24,21 @@ class PartitionRewrite:
     parts: dict[str, pa.Table]  # label -> the full new content of each affected partition left non-empty
     partitions: list[str]  # labels of the affected partitions (emptied ones included)
     checksums: dict[str, str]  # label -> checksum of its new content (empty partitions included)
+    rows: dict[str, dict[date, tuple[int, int]]]  # label -> its new rows, day -> (cents, orders)
 
 
 def rewrite_partitions(
-    con: duckdb.DuckDBPyConnection,
-    summary_sql: str | None,
+    current: Mapping[date, tuple[int, int]],
     deltas: dict[date, tuple[int, int]],
     grain: str,
 ) -> PartitionRewrite:
-    labels = sorted({partition_label(day, grain) for day in deltas})
-    current: dict[date, tuple[int, int]] = {}
-    if summary_sql is not None and labels:
-        ranges = " OR ".join(
-            f"(day >= DATE '{lo.isoformat()}' AND day < DATE '{hi.isoformat()}')"
-            for lo, hi in (partition_range(label, grain) for label in labels)
-        )
-        for day, cents, orders in con.execute(f"SELECT day, cents, orders FROM {summary_sql} WHERE {ranges}").fetchall():
-            current[day] = (cents, orders)
+    """The new content of every partition holding a day with a non-zero delta.
 
+    ``current`` holds (at least) the current (cents, orders) of every day of those partitions.
+    """
+    labels = sorted({partition_label(day, grain) for day in deltas})
+    in_labels = set(labels)
+    current = {day: v for day, v in current.items() if partition_label(day, grain) in in_labels}
     merged = dict(current)
     for day, (d_cents, d_orders) in deltas.items():
         cents, orders = merged.get(day, (0, 0))
@@ -58,8 +55,9 @@ def rewrite_partitions(
         if orders > 0:
             by_partition[partition_label(day, grain)].append((day, cents, orders))
     parts = {label: _summary_rows(by_partition[label]) for label in labels if by_partition.get(label)}
+    rows = {label: {day: (cents, orders) for day, cents, orders in by_partition.get(label, [])} for label in labels}
     checksums = {label: recorded_checksum(by_partition.get(label, [])) for label in labels}
-    return PartitionRewrite(parts=parts, partitions=labels, checksums=checksums)
+    return PartitionRewrite(parts=parts, partitions=labels, checksums=checksums, rows=rows)
 
 
 def _summary_rows(rows: list[tuple[date, int, int]]) -> pa.Table:

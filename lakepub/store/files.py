@@ -86,7 +86,7 @@ class FileWriter:
         stats = data_file_statistics_from_parquet_metadata(
             parquet_metadata=writer.writer.metadata, stats_columns=self._stats_plan,
             parquet_column_mapping=self._column_ids)
-        return DataFile.from_args(
+        data_file = DataFile.from_args(
             content=DataFileContent.DATA,
             file_path=path,
             file_format=FileFormat.PARQUET,
@@ -98,3 +98,5 @@ class FileWriter:
             key_metadata=None,
             **stats.to_serialized_dict(),
         )
+        data_file.spec_id = self.metadata.default_spec_id  # not a field of the struct: set like a manifest read does
+        return data_file

@@ -117,6 +117,18 @@ def partition_label(day: date, grain: str) -> str:
     return f"{day.year:04d}"
 
 
+_EPOCH = date(1970, 1, 1)
+
+
+def day_partition_value(day: date, grain: str) -> int:
+    """The Iceberg partition value (day/month/year transform) of a day."""
+    if grain == "day":
+        return (day - _EPOCH).days
+    if grain == "month":
+        return (day.year - 1970) * 12 + day.month - 1
+    return day.year - 1970
+
+
 def partition_range(label: str, grain: str) -> tuple[date, date]:
     """Half-open [first, next) day range of a partition label."""
     if grain == "day":

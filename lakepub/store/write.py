@@ -19,10 +19,8 @@ The data files are written by ``store.files.FileWriter``; transactions are ``Mem
 
 from __future__ import annotations
 
-from datetime import date
-
 import pyarrow as pa
-from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus, ManifestFile
+from pyiceberg.manifest import DataFile, ManifestEntry, ManifestEntryStatus, ManifestFile
 from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH
@@ -32,19 +30,12 @@ from pyiceberg.typedef import Record
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 
 from lakepub.store.files import FileWriter
-from lakepub.store.layout import partition_range
-
-_EPOCH = date(1970, 1, 1)
+from lakepub.store.layout import day_partition_value, partition_range
 
 
 def partition_value(label: str, grain: str) -> int:
     """The Iceberg partition value (day/month/year transform of ``day``) of a partition label."""
-    first, _ = partition_range(label, grain)
-    if grain == "day":
-        return (first - _EPOCH).days
-    if grain == "month":
-        return (first.year - 1970) * 12 + first.month - 1
-    return first.year - 1970
+    return day_partition_value(partition_range(label, grain)[0], grain)
 
 
 class MemoTransaction(Transaction):
@@ -72,16 +63,13 @@ def transaction(table: Table) -> Transaction:
     return MemoTransaction(table)
 
 
-def replace_partitions(tx: Transaction, table: Table, parts: dict[str, pa.Table], labels: list[str], grain: str,
-                       snapshot_properties: dict[str, str]) -> None:
-    """Stage in ``tx`` one snapshot replacing every file of the partitions ``labels``.
+def replace_partitions(tx: Transaction, table: Table, old_files: list[DataFile], parts: dict[str, pa.Table],
+                       grain: str, snapshot_properties: dict[str, str]) -> list[DataFile]:
+    """Stage in ``tx`` one snapshot deleting ``old_files`` and adding a file per partition of ``parts``.
 
-    ``parts`` maps a label to the partition's new rows (one file each); a label of ``labels``
-    missing from ``parts`` is left empty.
+    ``old_files`` are the current files of the rewritten partitions; ``parts`` maps a partition
+    label to its new rows (a rewritten partition left empty has no entry). Returns the new files.
     """
-    values = {partition_value(label, grain) for label in labels}
-    old_files = [task.file for task in table.scan().plan_files() if task.file.partition[0] in values] \
-        if table.metadata.current_snapshot_id is not None else []
     writer = FileWriter(tx.table_metadata, table.io)
     new_files = writer.write([(Record(partition_value(label, grain)), rows) for label, rows in sorted(parts.items())])
     operation = Operation.OVERWRITE if tx.table_metadata.current_snapshot_id is not None else Operation.APPEND
@@ -91,6 +79,7 @@ def replace_partitions(tx: Transaction, table: Table, parts: dict[str, pa.Table]
             overwrite.delete_data_file(data_file)
         for data_file in new_files:
             overwrite.append_data_file(data_file)
+    return new_files
 
 
 def append_rows(tx: Transaction, table: Table, rows: pa.Table, snapshot_properties: dict[str, str], *,
