@@ -18,7 +18,7 @@ from lakepub import duck
 from lakepub.errors import CommitContention, ConfigError
 from lakepub.identity import fingerprint
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_mode, reset_main
-from lakepub.store.layout import LEDGER_ARROW, SUMMARY_ARROW, load_tables
+from lakepub.store.layout import SUMMARY_ARROW, ledger_arrow, load_tables
 from lakepub.store.record import Counts, latest_record
 from lakepub.store.write import transaction
 from lakepub.workspace import Workspace
@@ -58,13 +58,14 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
             f"SELECT count(*), count(DISTINCT order_id) FROM {scan}").fetchone()
         if dry_run:
             return CompactionResult(dataset, rows_before, rows_after, files_before, files_before, None, True)
+        schema = ledger_arrow(ledger)
         reader = con.execute(f"""
-            SELECT order_id, version, day, cents, deleted, batch_id, version AS floor FROM {scan}
+            SELECT {', '.join('version AS floor' if name == 'floor' else name for name in schema.names)} FROM {scan}
             QUALIFY row_number() OVER (PARTITION BY order_id ORDER BY version DESC) = 1
             ORDER BY order_id""").to_arrow_reader(batch_size=1_000_000)
         ledger_tx = transaction(ledger)
         reset_main(ledger_tx, base)  # an append no publish names is not compacted in
-        ledger_tx.overwrite(reader.cast(LEDGER_ARROW),
+        ledger_tx.overwrite(reader.cast(schema),
                             snapshot_properties={"lakepub.compaction": f"{rows_before}->{rows_after}"})
         compacted = ledger_tx.table_metadata.current_snapshot_id
         summary_tx = transaction(tables.summary)

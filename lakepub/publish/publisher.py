@@ -42,7 +42,9 @@ from lakepub.publish.published_state import PublishedState
 from lakepub.publish.rewrite import rewrite_partitions
 from lakepub.store import audit
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode, reset_main
-from lakepub.store.layout import LEDGER_ARROW, SUMMARY_ARROW, DatasetTables, day_partition_value, ensure_tables, load_tables
+from lakepub.store.layout import (
+    SUMMARY_ARROW, DatasetTables, day_partition_value, ensure_tables, has_order_keys, ledger_arrow, load_tables,
+)
 from lakepub.store.write import append_rows, partition_value, replace_partitions, transaction
 from lakepub.store.record import Counts, PublishRecord, find_batch, latest_record
 
@@ -152,7 +154,7 @@ class Publisher:
                 projection = None  # a concurrent publish touched our orders: recompute
             if projection is None:
                 ledger_sql = duck.scan_sql(tables.ledger.metadata_location, head) if head is not None else None
-                projection = project(self.con, events, ledger_sql)
+                projection = project(self.con, events, ledger_sql, keyed=has_order_keys(tables.ledger))
                 base_ledger = head
             try:
                 return self._attempt(tables, previous, projection, identity, attempt)
@@ -210,7 +212,8 @@ class Publisher:
         if projection.new_ledger_rows.num_rows:
             ledger_tx = transaction(tables.ledger)
             reset_main(ledger_tx, ledger_base)  # drops an unpublished append left on the ledger's main
-            append_rows(ledger_tx, tables.ledger, _ledger_rows(projection.new_ledger_rows, identity.batch_id),
+            append_rows(ledger_tx, tables.ledger,
+                        _ledger_rows(projection.new_ledger_rows, identity.batch_id, ledger_arrow(tables.ledger)),
                         {"lakepub.batch-id": identity.batch_id}, plain=("order_id",))
             ledger_snapshot = ledger_tx.table_metadata.current_snapshot_id
 
@@ -295,10 +298,11 @@ class Publisher:
             warnings.warn(f"could not record the refused batch in the audit table: {err}", stacklevel=2)
 
 
-def _ledger_rows(rows: pa.Table, batch_id: str) -> pa.Table:
+def _ledger_rows(rows: pa.Table, batch_id: str, schema: pa.Schema) -> pa.Table:
     batch = pa.array([batch_id], pa.string()).take(pa.array(np.zeros(rows.num_rows, dtype=np.int64)))
     floor = pa.nulls(rows.num_rows, pa.int64())
-    return rows.append_column("batch_id", batch).append_column("floor", floor).cast(LEDGER_ARROW)
+    rows = rows.append_column("batch_id", batch).append_column("floor", floor)
+    return rows.select(schema.names).cast(schema)
 
 
 def _truncated_history_note(summary: Table, identity: BatchIdentity, committed: Vector) -> str:

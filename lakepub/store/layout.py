@@ -26,6 +26,8 @@ from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import DayTransform, IdentityTransform, MonthTransform, YearTransform
 from pyiceberg.types import BooleanType, DateType, LongType, NestedField, StringType
 
+from lakepub.keys import ORDER_KEYS_VERSION
+
 SUMMARY_SCHEMA = Schema(
     NestedField(1, "day", DateType(), required=False),
     NestedField(2, "cents", LongType(), required=False),
@@ -42,11 +44,16 @@ LEDGER_SCHEMA = Schema(
     NestedField(6, "batch_id", StringType(), required=False),
     # Set by compaction: every version <= floor of this order was seen; lower ones stay rejected.
     NestedField(7, "floor", LongType(), required=False),
+    # Two 64-bit hashes of order_id (lakepub.keys): the publish's ledger lookup joins on them.
+    NestedField(8, "k1", LongType(), required=False),
+    NestedField(9, "k2", LongType(), required=False),
 )
 LEDGER_ARROW = pa.schema(
     [("order_id", pa.string()), ("version", pa.int64()), ("day", pa.date32()), ("cents", pa.int64()),
-     ("deleted", pa.bool_()), ("batch_id", pa.string()), ("floor", pa.int64())]
+     ("deleted", pa.bool_()), ("batch_id", pa.string()), ("floor", pa.int64()), ("k1", pa.int64()),
+     ("k2", pa.int64())]
 )
+ORDER_KEYS_PROPERTY = "lakepub.order-keys"  # the lakepub.keys version whose k1/k2 the ledger stores
 
 _TABLE_PROPERTIES = {
     "write.parquet.compression-codec": "zstd",
@@ -82,8 +89,22 @@ def ensure_tables(catalog: Catalog, namespace: str, dataset: str, grain: str) ->
     spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=_TRANSFORMS[grain], name=f"day_{grain}"))
     summary = _create_or_load(catalog, summary_id(namespace, dataset), SUMMARY_SCHEMA, spec, None)
     ledger_sort = SortOrder(SortField(source_id=1, transform=IdentityTransform()))
-    ledger = _create_or_load(catalog, ledger_id(namespace, dataset), LEDGER_SCHEMA, PartitionSpec(), ledger_sort)
+    ledger = _create_or_load(catalog, ledger_id(namespace, dataset), LEDGER_SCHEMA, PartitionSpec(), ledger_sort,
+                             {ORDER_KEYS_PROPERTY: ORDER_KEYS_VERSION})
     return DatasetTables(summary=summary, ledger=ledger)
+
+
+def has_order_keys(ledger: Table) -> bool:
+    """Whether the ledger stores order keys (created by lakepub >= 0.2); older ledgers are
+    looked up by order_id, which is correct, only slower."""
+    return ledger.metadata.properties.get(ORDER_KEYS_PROPERTY) == ORDER_KEYS_VERSION
+
+
+def ledger_arrow(ledger: Table) -> pa.Schema:
+    """The Arrow schema of the ledger's rows (without k1/k2 for a ledger created before them)."""
+    if has_order_keys(ledger):
+        return LEDGER_ARROW
+    return pa.schema([f for f in LEDGER_ARROW if f.name not in ("k1", "k2")])
 
 
 def load_tables(catalog: Catalog, namespace: str, dataset: str) -> DatasetTables:
@@ -94,14 +115,15 @@ def load_tables(catalog: Catalog, namespace: str, dataset: str) -> DatasetTables
 
 
 def _create_or_load(catalog: Catalog, ident: tuple[str, str], schema: Schema, spec: PartitionSpec,
-                    sort: SortOrder | None) -> Table:
+                    sort: SortOrder | None, properties: dict[str, str] | None = None) -> Table:
     try:
         return catalog.load_table(ident)
     except NoSuchTableError:
         pass
     try:
         kwargs = {"sort_order": sort} if sort is not None else {}
-        return catalog.create_table(ident, schema=schema, partition_spec=spec, properties=_TABLE_PROPERTIES, **kwargs)
+        return catalog.create_table(ident, schema=schema, partition_spec=spec,
+                                    properties={**_TABLE_PROPERTIES, **(properties or {})}, **kwargs)
     except TableAlreadyExistsError:  # created concurrently by another writer
         return catalog.load_table(ident)
 
