@@ -63,6 +63,11 @@ _TABLE_PROPERTIES = {
     "commit.manifest.min-count-to-merge": "4",
     "format-version": "2",
 }
+# The published table has one small file per partition, and its partition values already prune
+# by day range; per-column min/max/count stats in its manifest are redundant, and every query
+# reads that manifest: without them DuckDB's Iceberg read of a 37-file table went from 1.31x to
+# 1.22x of reading the same files as plain Parquet (scripts/bench/reads.py).
+_SUMMARY_PROPERTIES = {"write.metadata.metrics.default": "none"}
 _TRANSFORMS = {"day": DayTransform(), "month": MonthTransform(), "year": YearTransform()}
 
 
@@ -87,7 +92,7 @@ def ensure_tables(catalog: Catalog, namespace: str, dataset: str, grain: str) ->
     except NamespaceAlreadyExistsError:
         pass
     spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=_TRANSFORMS[grain], name=f"day_{grain}"))
-    summary = _create_or_load(catalog, summary_id(namespace, dataset), SUMMARY_SCHEMA, spec, None)
+    summary = _create_or_load(catalog, summary_id(namespace, dataset), SUMMARY_SCHEMA, spec, None, _SUMMARY_PROPERTIES)
     ledger_sort = SortOrder(SortField(source_id=1, transform=IdentityTransform()))
     ledger = _create_or_load(catalog, ledger_id(namespace, dataset), LEDGER_SCHEMA, PartitionSpec(), ledger_sort,
                              {ORDER_KEYS_PROPERTY: ORDER_KEYS_VERSION})
