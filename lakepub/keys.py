@@ -44,8 +44,13 @@ def order_keys(ids: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]
     width = words * 8
     data = np.frombuffer(ids.buffers()[2], np.uint8)[offsets[0]: offsets[-1]] if n and ids.buffers()[2] else \
         np.zeros(0, np.uint8)
-    if n and width and (lengths == lengths[0]).all() and lengths[0] == width:
-        padded = data.reshape(n, width)  # fixed-width ids filling whole words: no copy
+    if n and width and (lengths == lengths[0]).all():  # fixed-width ids: no gather
+        fixed = int(lengths[0])
+        if fixed == width:
+            padded = data.reshape(n, width)
+        else:
+            padded = np.zeros((n, width), np.uint8)
+            padded[:, :fixed] = data.reshape(n, fixed)
     elif n and width:
         source = np.concatenate([data, np.zeros(width, np.uint8)])  # reads past the last id stay in bounds
         columns = np.arange(width, dtype=np.int64)
