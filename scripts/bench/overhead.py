@@ -13,7 +13,9 @@ starting state:
   appends the batch's new ledger rows (``Table.append``), i.e. writes the same data lakepub writes
   (two separate commits, no atomicity, no projection).
 
-Ratio = median(lakepub) / median(bare). One more batch is profiled to show what lakepub adds.
+Ratio = median(lakepub) / median(bare). The issue's target (<= 1.3x "with the same data") is
+checked against the second variant, which writes what a publish writes; the ratio to the
+overwrite alone is reported (and checked) too. One more batch is profiled to show what lakepub adds.
 
     python scripts/bench/overhead.py [--quick] [--json PATH]
 """
@@ -112,13 +114,16 @@ def main() -> None:
     bare2 = r.figure("bare_overwrite_append_s", c.median(bare2_s), "bare overwrite + ledger append (same data)", "s",
                      ", ".join(f"{t:.3f}" for t in bare2_s))
     ratio = r.ratio("ratio_vs_overwrite", lp, bare, "lakepub / bare overwrite")
-    r.ratio("ratio_vs_overwrite_append", lp, bare2, "lakepub / bare overwrite + ledger append")
+    ratio2 = r.ratio("ratio_vs_overwrite_append", lp, bare2, "lakepub / bare overwrite + ledger append")
     r.section(f"what lakepub's publish spends (cProfile of one more batch: {wall:.3f} s with profiler)")
     r.figures["phases"] = phases = c.phase_times(stats)
     for label, seconds in sorted(phases.items(), key=lambda kv: -kv[1]):
         if seconds >= 0.0005:
             r.lines.append(f"  {label:<46} {seconds:9.3f} s  {100 * seconds / wall:4.0f}%")
-    r.target("lakepub / bare overwrite <= 1.3x", ratio, "<=", 1.3)
+    # A publish writes the rewritten partitions AND the batch's new ledger rows; the baseline that
+    # writes the same data is the overwrite + ledger append. Both ratios are reported.
+    r.target("lakepub / bare overwrite + ledger append (same data) <= 1.3x", ratio2, "<=", 1.3)
+    r.target("lakepub / bare overwrite of the partitions alone <= 1.3x", ratio, "<=", 1.3)
     r.emit(args)
 
 

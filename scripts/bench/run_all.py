@@ -145,10 +145,15 @@ def markdown(reports: list[dict]) -> str:
                          by["history"]["targets"][0]))
     if "overhead" in by:
         f = by["overhead"]["figures"]
-        rows.append(("3", f"protocol overhead, {by['overhead']['params']['max_batch']:,}-event batch",
-                     _f(f.get("lakepub_s"), 3, "s"), f"bare pyiceberg overwrite {_f(f.get('bare_overwrite_s'), 3, 's')}"
-                     f" (+ ledger append {_f(f.get('bare_overwrite_append_s'), 3, 's')})",
-                     _f(f.get("ratio_vs_overwrite"), 2) + "x", "≤ 1.3x", by["overhead"]["targets"][0]))
+        batch = f"{by['overhead']['params']['max_batch']:,}-event batch"
+        rows.append(("3", f"protocol overhead, {batch}: same data (partitions + ledger rows)",
+                     _f(f.get("lakepub_s"), 3, "s"),
+                     f"bare overwrite + ledger append {_f(f.get('bare_overwrite_append_s'), 3, 's')}",
+                     _f(f.get("ratio_vs_overwrite_append"), 2) + "x", "≤ 1.3x", by["overhead"]["targets"][0]))
+        if len(by["overhead"]["targets"]) > 1:
+            rows.append(("3", f"protocol overhead, {batch}: vs the partition overwrite alone",
+                         _f(f.get("lakepub_s"), 3, "s"), f"bare overwrite {_f(f.get('bare_overwrite_s'), 3, 's')}",
+                         _f(f.get("ratio_vs_overwrite"), 2) + "x", "≤ 1.3x", by["overhead"]["targets"][1]))
     if "reads" in by:
         f = by["reads"]["figures"]
         rows.append(("4", f"DuckDB aggregate over the published table ({f.get('published_data_files')} data files)",
