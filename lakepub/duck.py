@@ -8,6 +8,8 @@ loaded before ``iceberg`` (otherwise iceberg would try to fetch it), ``httpfs`` 
 from __future__ import annotations
 
 import importlib
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping
 from urllib.parse import urlparse
@@ -30,6 +32,8 @@ def extension_path(name: str) -> Path:
 
 
 _BASES: dict[tuple[tuple[str, str], ...], duckdb.DuckDBPyConnection] = {}
+_LOCK = threading.Lock()
+_WARM_UP = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-duckdb")
 
 
 def connect(catalog_properties: Mapping[str, str] | None = None, *, s3: bool | None = None) -> duckdb.DuckDBPyConnection:
@@ -40,10 +44,21 @@ def connect(catalog_properties: Mapping[str, str] | None = None, *, s3: bool | N
     callers create should be TEMP views: those are private to the returned connection.
     """
     key = tuple(sorted((str(k), str(v)) for k, v in (catalog_properties or {}).items())) + (("s3", str(s3)),)
-    base = _BASES.get(key)
-    if base is None:
-        base = _BASES[key] = _new_database(dict(catalog_properties or {}), s3)
+    with _LOCK:  # a warm-up thread may be creating it: wait rather than load the extensions twice
+        base = _BASES.get(key)
+        if base is None:
+            base = _BASES[key] = _new_database(dict(catalog_properties or {}), s3)
     return base.cursor()
+
+
+def warm_up(catalog_properties: Mapping[str, str] | None = None) -> None:
+    """Create the database for this catalog in a background thread (errors surface on ``connect``)."""
+    def run() -> None:
+        try:
+            connect(catalog_properties).close()
+        except Exception:  # noqa: BLE001 - the caller's own connect() reports it
+            pass
+    _WARM_UP.submit(run)
 
 
 def _new_database(props: dict[str, str], s3: bool | None) -> duckdb.DuckDBPyConnection:

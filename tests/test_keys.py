@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from conftest import A1, A2, B1, B2, summary_rows
 from lakepub.keys import order_keys
+from lakepub.maintenance.compact import compact_ledger
 from lakepub.store.layout import LEDGER_SCHEMA, has_order_keys, ledger_id
 from lakepub.workspace import Workspace
 
@@ -47,5 +48,9 @@ def test_a_ledger_created_without_order_keys_is_looked_up_by_order_id(ws: Worksp
         ws.publish("orders_daily", [event], start={"p0": i}, end={"p0": i + 1})
     ledger = ws.catalog.load_table(ledger_id("lakepub", "orders_daily"))
     assert not has_order_keys(ledger) and "k1" not in ledger.schema().column_names
+    assert summary_rows(ws) == [("2025-10-02", 150, 1)]
+    assert ws.verify("orders_daily", deep=True).ok
+    compact_ledger(ws, "orders_daily")  # compaction keeps the legacy schema
+    ws.publish("orders_daily", [A1, B1], start={"p0": 4}, end={"p0": 6})  # old versions: still ignored
     assert summary_rows(ws) == [("2025-10-02", 150, 1)]
     assert ws.verify("orders_daily", deep=True).ok

@@ -13,7 +13,7 @@ the Iceberg schema, the table's Parquet properties (codec, row group size), same
 from __future__ import annotations
 
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast, IO
 
@@ -70,8 +70,11 @@ class FileWriter:
 
     def write(self, parts: list[tuple[Record | None, pa.Table]]) -> list[DataFile]:
         """One data file per ``(partition record, rows)``; ``None`` for an unpartitioned table."""
-        futures = [_POOL.submit(self._write_one, n, partition, rows) for n, (partition, rows) in enumerate(parts)]
-        return [f.result() for f in futures]
+        return [f.result() for f in self.submit(parts)]
+
+    def submit(self, parts: list[tuple[Record | None, pa.Table]]) -> list[Future[DataFile]]:
+        """Like ``write``, in the background (Parquet encoding releases the GIL)."""
+        return [_POOL.submit(self._write_one, n, partition, rows) for n, (partition, rows) in enumerate(parts)]
 
     def _write_one(self, n: int, partition: Record | None, rows: pa.Table) -> DataFile:
         rows = rows.select(self.arrow_schema.names).cast(self.arrow_schema)

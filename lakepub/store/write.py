@@ -82,14 +82,11 @@ def replace_partitions(tx: Transaction, table: Table, old_files: list[DataFile],
     return new_files
 
 
-def append_rows(tx: Transaction, table: Table, rows: pa.Table, snapshot_properties: dict[str, str], *,
-                plain: tuple[str, ...] = ()) -> None:
-    """Stage in ``tx`` one append snapshot of ``rows`` as one data file (unpartitioned table).
+def append_files(tx: Transaction, data_files: list[DataFile], snapshot_properties: dict[str, str]) -> None:
+    """Stage in ``tx`` one append snapshot of ``data_files`` (written by ``FileWriter``).
 
-    Like ``Transaction.append`` (merging manifests when the table's properties ask for it),
-    with the data file written by ``FileWriter`` (``plain``: columns without dictionary encoding).
+    Like ``Transaction.append``: manifests are merged when the table's properties ask for it.
     """
-    data_files = FileWriter(tx.table_metadata, table.io, plain=plain).write([(None, rows)])
     update = tx.update_snapshot(snapshot_properties=snapshot_properties)
     merge = tx.table_metadata.properties.get(TableProperties.MANIFEST_MERGE_ENABLED, "false").lower() == "true"
     with (update.merge_append() if merge else update.fast_append()) as append:

@@ -113,6 +113,14 @@ def _pick(fig: dict, prefix: str) -> list[tuple[str, float]]:
     return [(k[len(prefix):], v) for k, v in fig.items() if k.startswith(prefix)]
 
 
+# A nested phase ("of which: ...") is listed under the phase whose label starts like this.
+_PARENTS = {"ledger lookup": "projection", "pyiceberg scan planning": "published rows"}
+
+
+def _parent(nested: str) -> str | None:
+    return next((parent for child, parent in _PARENTS.items() if child in nested), None)
+
+
 def markdown(reports: list[dict]) -> str:
     by = {r["benchmark"]: r for r in reports}
     first = reports[0] if reports else None
@@ -206,7 +214,7 @@ def markdown(reports: list[dict]) -> str:
         out += [f"File counts after {pubs} publishes of {by['reads']['params']['max_batch']:,} events: the published "
                 f"table holds {f.get('published_data_files')} data files (one per month partition: a publish replaces "
                 f"the files of the partitions it rewrites) but its current snapshot lists "
-                f"{f.get('published_manifests')} manifests, which every `iceberg_scan` reads; the ledger holds "
+                f"{f.get('published_manifests')} manifest(s), which every `iceberg_scan` reads; the ledger holds "
                 f"{f.get('ledger_data_files')} data files and {f.get('ledger_manifests')} manifests (one per publish "
                 f"until compacted).{extra} A publish late in that run took {_f(f.get('publish_s_late'), 3, 's')} vs "
                 f"{_f(f.get('publish_s_early'), 3, 's')} early on.", ""]
@@ -223,9 +231,8 @@ def markdown(reports: list[dict]) -> str:
                 if v < 0.01 or label.startswith("of which"):
                     continue
                 out.append(f"- {label}: {_f(v, 2)} s ({100 * v / wall:.0f}%)")
-                if label.startswith("replace published"):
-                    out += [f"  - {sub}: {_f(sv, 2)} s ({100 * sv / wall:.0f}%)" for sub, sv in phases
-                            if sub.startswith("of which")]
+                out += [f"  - {sub}: {_f(sv, 2)} s ({100 * sv / wall:.0f}%)" for sub, sv in phases
+                        if sub.startswith("of which") and _parent(sub) and label.startswith(_parent(sub))]
             out.append("")
         top = f.get("profile_top10")
         if top:
