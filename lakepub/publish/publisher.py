@@ -305,10 +305,11 @@ class Publisher:
 
 
 def _ledger_rows(rows: pa.Table, batch_id: str, schema: pa.Schema) -> pa.Table:
-    batch = pa.repeat(pa.scalar(batch_id, pa.string()), rows.num_rows)
-    floor = pa.nulls(rows.num_rows, pa.int64())
-    rows = rows.append_column("batch_id", batch).append_column("floor", floor)
-    return rows.select(schema.names).cast(schema)
+    """The new ledger rows in ``schema``'s column order (the writer casts them to the table's schema)."""
+    columns = {name: rows.column(name) for name in rows.column_names}
+    columns["batch_id"] = pa.repeat(pa.scalar(batch_id, pa.string()), rows.num_rows)
+    columns["floor"] = pa.nulls(rows.num_rows, pa.int64())
+    return pa.table([columns[name] for name in schema.names], names=schema.names)
 
 
 def _truncated_history_note(summary: Table, identity: BatchIdentity, committed: Vector) -> str:

@@ -86,6 +86,7 @@ class FileWriter:
                                       **self._kwargs)
             writer.write(rows, row_group_size=self._row_group_size)
             writer.close()
+            size = stream.tell()  # the file's size, without another stat of the file
         stats = data_file_statistics_from_parquet_metadata(
             parquet_metadata=writer.writer.metadata, stats_columns=self._stats_plan,
             parquet_column_mapping=self._column_ids)
@@ -94,7 +95,7 @@ class FileWriter:
             file_path=path,
             file_format=FileFormat.PARQUET,
             partition=partition if partition is not None else Record(),
-            file_size_in_bytes=len(output),
+            file_size_in_bytes=size,
             sort_order_id=None,
             spec_id=self.metadata.default_spec_id,
             equality_ids=None,
