@@ -26,7 +26,8 @@ from typing import Callable
 import duckdb
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.table import Table
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table, Transaction
 
 from lakepub import duck, positions
 from lakepub.config import DatasetSpec
@@ -219,9 +220,7 @@ class Publisher:
         ledger_tx = None
         ledger_snapshot = ledger_base
         if ledger_file is not None:
-            ledger_tx = transaction(tables.ledger)
-            reset_main(ledger_tx, ledger_base)  # drops an unpublished append left on the ledger's main
-            append_files(ledger_tx, [f.result() for f in ledger_file], {"lakepub.batch-id": identity.batch_id})
+            ledger_tx = _stage_ledger(tables.ledger, ledger_base, ledger_file, identity.batch_id)
             ledger_snapshot = ledger_tx.table_metadata.current_snapshot_id
 
         record = PublishRecord(
@@ -303,6 +302,14 @@ class Publisher:
             audit.record(self.catalog, self.namespace, entry)
         except Exception as err:  # the refusal itself must reach the user even if the audit write fails
             warnings.warn(f"could not record the refused batch in the audit table: {err}", stacklevel=2)
+
+
+def _stage_ledger(ledger: Table, base: int | None, data_file: list[Future[DataFile]], batch_id: str) -> Transaction:
+    """A transaction appending the batch's ledger file (once written) on top of snapshot ``base``."""
+    tx = transaction(ledger)
+    reset_main(tx, base)  # drops an unpublished append left on the ledger's main
+    append_files(tx, [f.result() for f in data_file], {"lakepub.batch-id": batch_id})
+    return tx
 
 
 def _ledger_rows(rows: pa.Table, batch_id: str, schema: pa.Schema) -> pa.Table:
