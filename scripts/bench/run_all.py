@@ -4,8 +4,8 @@ with ``--markdown PATH``, write the README's "Benchmarks" section from the figur
     python scripts/bench/run_all.py [--quick] [--only throughput,history] [--out DIR] [--markdown PATH]
     python scripts/bench/run_all.py --render DIR --markdown PATH     # re-render saved reports
 
-Full mode runs for roughly 10-15 minutes on 2 cores (the pyiceberg upsert baseline alone takes
-about two of them). ``--out`` keeps each benchmark's text and JSON report (and the throughput
+Full mode runs for roughly 7 minutes on 2 cores (the pyiceberg upsert baseline alone takes
+about a minute and a half of it). ``--out`` keeps each benchmark's text and JSON report (and the throughput
 run's pyinstrument call tree, if pyinstrument is installed); streams are generated once into
 ``--cache`` (default: ``<out>/streams``) and shared between the benchmarks.
 """
@@ -240,7 +240,7 @@ def markdown(reports: list[dict]) -> str:
             out += [f"{i}. `{row['function']}` {row['own_s']:.2f} s own, {row['cum_s']:.2f} s cumulative, "
                     f"{row['calls']:,} calls" for i, row in enumerate(top, 1)]
             out.append("")
-    out += ["Reproduce: `.venv/bin/python scripts/bench/run_all.py --markdown bench.md` (full, ~15 min) or any "
+    out += ["Reproduce: `.venv/bin/python scripts/bench/run_all.py --markdown bench.md` (full, ~7 min) or any "
             "single `scripts/bench/<name>.py [--quick] [--json PATH]`.", ""]
     return "\n".join(out)
 
