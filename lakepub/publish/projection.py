@@ -78,14 +78,21 @@ class _Rows:
                 & (self.deleted[i] == other.deleted[j]))
 
 
-def project(con: duckdb.DuckDBPyConnection, batch: pa.Table, ledger_sql: str | None, *,
-            keyed: bool = True) -> Projection:
-    """Project ``batch`` onto the ledger read by the SQL table expression ``ledger_sql``.
+@dataclass(frozen=True)
+class BatchSide:
+    """What the projection needs of the batch alone (``prepare_batch``): no table is read, so
+    ``Workspace.run`` computes it for the next batch in its read-ahead thread."""
 
-    ``batch`` must be sorted by (order_id, version) (``identity.canonical`` does it);
-    ``ledger_sql`` is None when the ledger is still empty. ``keyed``: the ledger stores order
-    keys (``lakepub.keys``) and is looked up by them, else by order_id.
-    """
+    n_events: int
+    distinct: _Rows  # one row per distinct (order_id, version), sorted
+    d_order: np.ndarray  # the order number (position in ``orders``) of each distinct row
+    orders: pa.Array  # the batch's distinct order ids, sorted
+    keys: tuple[np.ndarray, np.ndarray]  # their order keys (lakepub.keys)
+    conflict: tuple[str, int] | None  # a key with two payloads in the batch (blocks the publish)
+
+
+def prepare_batch(batch: pa.Table) -> BatchSide:
+    """``batch`` must be sorted by (order_id, version) (``identity.canonical`` does it)."""
     n_events = batch.num_rows
     rows = _Rows.of(batch.select(_PAYLOAD).combine_chunks())
     oid = rows.table.column("order_id")
@@ -98,22 +105,33 @@ def project(con: duckdb.DuckDBPyConnection, batch: pa.Table, ledger_sql: str | N
     # Duplicates within the batch; two payloads for one key are neighbours after the sort.
     later = np.flatnonzero(same_key)
     differs = later[~rows.same_payload(later, rows, later - 1)]
-    if differs.size:
-        i = int(differs[0])
-        raise PayloadConflict(oid[i].as_py(), int(rows.version[i]), "two payloads in this batch")
+    conflict = (oid[int(differs[0])].as_py(), int(rows.version[int(differs[0])])) if differs.size else None
 
     first = np.flatnonzero(~same_key)  # one row per distinct (order_id, version)
     distinct = _take(rows, first)
-    d_order = np.cumsum(~same_order[first]) - 1  # order number of each distinct row
-    order_starts = np.flatnonzero(~same_order[first])
-    orders = distinct.table.column("order_id").take(pa.array(order_starts))
+    d_order = np.cumsum(~same_order[first]) - 1
+    orders = distinct.table.column("order_id").take(pa.array(np.flatnonzero(~same_order[first])))
+    return BatchSide(n_events, distinct, d_order, orders, order_keys(orders), conflict)
 
-    k1, k2 = order_keys(orders)
-    prev, p_order = _lookup(con, orders, (k1, k2) if keyed else None, ledger_sql)
-    n_orders = len(order_starts)
+
+def project(con: duckdb.DuckDBPyConnection, batch: pa.Table | BatchSide, ledger_sql: str | None, *,
+            keyed: bool = True) -> Projection:
+    """Project a batch onto the ledger read by the SQL table expression ``ledger_sql``.
+
+    ``batch``: a ``prepare_batch`` result, or the events sorted by (order_id, version);
+    ``ledger_sql`` is None when the ledger is still empty. ``keyed``: the ledger stores order
+    keys (``lakepub.keys``) and is looked up by them, else by order_id.
+    """
+    side = batch if isinstance(batch, BatchSide) else prepare_batch(batch)
+    if side.conflict is not None:
+        raise PayloadConflict(side.conflict[0], side.conflict[1], "two payloads in this batch")
+    n_events, distinct, d_order, orders = side.n_events, side.distinct, side.d_order, side.orders
+    k1, k2 = side.keys
+    prev, p_order = _lookup(con, orders, side.keys if keyed else None, ledger_sql)
+    n_orders = len(orders)
 
     # Ledger rows with the same (order_id, version) as a batch row: seen before, same payload or conflict.
-    seen = np.zeros(len(first), dtype=bool)
+    seen = np.zeros(len(d_order), dtype=bool)
     if prev.table.num_rows:
         d_pos, p_pos = _match(d_order, distinct.version, p_order, prev.version)
         bad = ~distinct.same_payload(d_pos, prev, p_pos)

@@ -35,7 +35,7 @@ from lakepub.errors import BlockedError, CommitContention, InvalidPosition, Outc
 from lakepub.faults import fault_point
 from lakepub.identity import BatchIdentity, canonical, events_digest
 from lakepub.positions import Vector
-from lakepub.publish.projection import Projection, project
+from lakepub.publish.projection import BatchSide, Projection, prepare_batch, project
 from lakepub.publish.rebase import ledger_files_added_since, touches_orders
 from lakepub.publish import published_state
 from lakepub.publish.published_state import PublishedState
@@ -59,10 +59,12 @@ _WARM_UP = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-duckdb"
 
 @dataclass(frozen=True)
 class PreparedBatch:
-    """A batch's events in canonical order with their digest (``Publisher.prepare``)."""
+    """A batch's events in canonical order, their digest and the batch side of the projection
+    (``Publisher.prepare``)."""
 
     events: pa.Table
     digest: str
+    side: BatchSide
 
 
 @dataclass(frozen=True)
@@ -119,12 +121,11 @@ class Publisher:
 
     @staticmethod
     def prepare(events: pa.Table) -> PreparedBatch:
-        """Sort the events canonically and digest them: the part of a publish that needs no table.
-
-        ``Workspace.run`` prepares the next batch in its read-ahead thread.
-        """
+        """Everything of a publish that needs no table: sort the events canonically, digest them,
+        and compute the batch side of the projection (``Workspace.run`` prepares the next batch
+        in its read-ahead thread while the current one publishes)."""
         events = canonical(events)  # sorted once: the digest and the projection both need it
-        return PreparedBatch(events, events_digest(events, is_canonical=True))
+        return PreparedBatch(events, events_digest(events, is_canonical=True), prepare_batch(events))
 
     def publish(self, events: pa.Table | PreparedBatch, *, source: str, start: Vector, end: Vector) -> PublishResult:
         prepared = events if isinstance(events, PreparedBatch) else self.prepare(events)
@@ -137,12 +138,13 @@ class Publisher:
             )
         identity = BatchIdentity(self.spec.name, source, start, end, prepared.digest)
         try:
-            return self._publish_with_retries(events, identity)
+            return self._publish_with_retries(prepared, identity)
         except BlockedError as exc:
             self._audit(identity, exc, events.num_rows)
             raise
 
-    def _publish_with_retries(self, events: pa.Table, identity: BatchIdentity) -> PublishResult:
+    def _publish_with_retries(self, prepared: PreparedBatch, identity: BatchIdentity) -> PublishResult:
+        events = prepared.events
         projection: Projection | None = None
         base_ledger: int | None = None
         for attempt in range(1, self.max_attempts + 1):
@@ -159,7 +161,7 @@ class Publisher:
                 projection = None  # a concurrent publish touched our orders: recompute
             if projection is None:
                 ledger_sql = duck.scan_sql(tables.ledger.metadata_location, head) if head is not None else None
-                projection = project(self.con, events, ledger_sql, keyed=has_order_keys(tables.ledger))
+                projection = project(self.con, prepared.side, ledger_sql, keyed=has_order_keys(tables.ledger))
                 base_ledger = head
             try:
                 return self._attempt(tables, previous, projection, identity, attempt)
