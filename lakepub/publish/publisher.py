@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFile
@@ -317,7 +318,9 @@ def _stage_ledger(ledger: Table, base: int | None, data_file: list[Future[DataFi
 def _ledger_rows(rows: pa.Table, batch_id: str, schema: pa.Schema) -> pa.Table:
     """The new ledger rows in ``schema``'s column order (the writer casts them to the table's schema)."""
     columns = {name: rows.column(name) for name in rows.column_names}
-    columns["batch_id"] = pa.repeat(pa.scalar(batch_id, pa.string()), rows.num_rows)
+    # One dictionary entry: the writer's cast to string (in its pool thread) expands it.
+    columns["batch_id"] = pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows.num_rows, np.int32)),
+                                                         pa.array([batch_id], pa.string()))
     columns["floor"] = pa.nulls(rows.num_rows, pa.int64())
     return pa.table([columns[name] for name in schema.names], names=schema.names)
 
