@@ -213,7 +213,7 @@ def markdown(reports: list[dict]) -> str:
         pubs = by["reads"]["params"].get("publishes", "?")
         out += [f"File counts after {pubs} publishes of {by['reads']['params']['max_batch']:,} events: the published "
                 f"table holds {f.get('published_data_files')} data files (one per month partition: a publish replaces "
-                f"the files of the partitions it rewrites) but its current snapshot lists "
+                f"the files of the partitions it rewrites) and its current snapshot lists "
                 f"{f.get('published_manifests')} manifest(s), which every `iceberg_scan` reads; the ledger holds "
                 f"{f.get('ledger_data_files')} data files and {f.get('ledger_manifests')} manifests (one per publish "
                 f"until compacted).{extra} A publish late in that run took {_f(f.get('publish_s_late'), 3, 's')} vs "
