@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import importlib
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 from urllib.parse import urlparse
 
 import duckdb
@@ -59,6 +59,11 @@ def warm_up(catalog_properties: Mapping[str, str] | None = None) -> None:
         except Exception:  # noqa: BLE001 - the caller's own connect() reports it
             pass
     _WARM_UP.submit(run)
+
+
+def in_background(factory: Callable[[], duckdb.DuckDBPyConnection]) -> Future[duckdb.DuckDBPyConnection]:
+    """Run ``factory`` (typically a ``connect``) on the warm-up thread; the future holds its result."""
+    return _WARM_UP.submit(factory)
 
 
 def _new_database(props: dict[str, str], s3: bool | None) -> duckdb.DuckDBPyConnection:

@@ -9,8 +9,11 @@ releases): the UTF-8 bytes are zero-padded to whole 64-bit little-endian words, 
 folds the words through a splitmix64 finaliser from its own seed (the length is mixed into both
 seeds, so "a" and "a\\0" differ; an id is folded over its own words only, so its keys do not
 depend on the other ids of the array). Two 64-bit keys make an accidental match of two different
-orders a ~2^-128 event; this function must never change for a ledger that stores its keys
-(``ORDER_KEYS_VERSION`` is recorded in the ledger's table properties).
+orders a ~2^-128 event. They are not a cryptographic hash: producers are trusted, as for every
+other field of an event (someone choosing order ids could search for a ~2^32-work collision, and
+the lookup does not compare order_id strings). The work is proportional to the ids' bytes. This
+function must never change for a ledger that stores its keys (``ORDER_KEYS_VERSION`` is recorded
+in the ledger's table properties).
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
+def _fold(k1: np.ndarray, k2: np.ndarray, word: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
+    return _mix(k1 ^ word), _mix((k2 ^ word) * _MUL2 + np.uint64(w + 1))
+
+
 def order_keys(ids: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     """(k1, k2) int64 arrays for a string array without nulls."""
     if isinstance(ids, pa.ChunkedArray):
@@ -41,30 +48,27 @@ def order_keys(ids: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]
     offsets = np.frombuffer(ids.buffers()[1], np.int32)[ids.offset: ids.offset + n + 1].astype(np.int64)
     lengths = np.diff(offsets)
     words = (int(lengths.max()) + 7) // 8 if n else 0
-    width = words * 8
     data = np.frombuffer(ids.buffers()[2], np.uint8)[offsets[0]: offsets[-1]] if n and ids.buffers()[2] else \
         np.zeros(0, np.uint8)
-    if n and width and (lengths == lengths[0]).all():  # fixed-width ids: no gather
-        fixed = int(lengths[0])
-        if fixed == width:
-            padded = data.reshape(n, width)
-        else:
-            padded = np.zeros((n, width), np.uint8)
-            padded[:, :fixed] = data.reshape(n, fixed)
-    elif n and width:
-        source = np.concatenate([data, np.zeros(width, np.uint8)])  # reads past the last id stay in bounds
-        columns = np.arange(width, dtype=np.int64)
-        padded = source[(offsets[:-1] - offsets[0])[:, None] + columns]
-        padded[columns >= lengths[:, None]] = 0
-    else:
-        padded = np.zeros((n, 0), np.uint8)
-    as_words = np.ascontiguousarray(padded).view("<u8")
+    own_words = (lengths + 7) // 8  # an id is folded over its own words only, not the array's width
     with np.errstate(over="ignore"):
         k1 = _SEED1 ^ lengths.astype(np.uint64)
         k2 = _SEED2 + lengths.astype(np.uint64)
-        own_words = (lengths + 7) // 8  # an id is folded over its own words only, not the array's width
-        for w in range(words):
-            word, live = as_words[:, w], own_words > w
-            k1 = np.where(live, _mix(k1 ^ word), k1)
-            k2 = np.where(live, _mix((k2 ^ word) * _MUL2 + np.uint64(w + 1)), k2)
+        if n and words and (lengths == lengths[0]).all():  # fixed-width ids: one padded matrix
+            padded = np.zeros((n, words * 8), np.uint8)
+            padded[:, : int(lengths[0])] = data.reshape(n, int(lengths[0]))
+            as_words = padded.view("<u8")
+            for w in range(words):
+                k1, k2 = _fold(k1, k2, as_words[:, w], w)
+        elif n and words:  # word by word over the ids still that long: work follows the bytes
+            source = np.concatenate([data, np.zeros(8, np.uint8)])
+            starts = offsets[:-1] - offsets[0]
+            by_length = np.argsort(-own_words, kind="stable")
+            longer = own_words[by_length]
+            lanes = np.arange(8, dtype=np.int64)
+            for w in range(words):
+                live = by_length[: int(np.count_nonzero(longer > w))]
+                chunk = source[(starts[live] + 8 * w)[:, None] + lanes]
+                chunk[lanes >= (lengths[live] - 8 * w)[:, None]] = 0
+                k1[live], k2[live] = _fold(k1[live], k2[live], chunk.view("<u8").ravel(), w)
     return k1.view(np.int64), k2.view(np.int64)

@@ -54,3 +54,12 @@ def test_a_ledger_created_without_order_keys_is_looked_up_by_order_id(ws: Worksp
     ws.publish("orders_daily", [A1, B1], start={"p0": 4}, end={"p0": 6})  # old versions: still ignored
     assert summary_rows(ws) == [("2025-10-02", 150, 1)]
     assert ws.verify("orders_daily", deep=True).ok
+
+
+def test_a_long_id_among_short_ones_gets_its_own_keys():
+    """The variable-width path folds each id over its own words (work follows the bytes)."""
+    ids = ["o1", "x" * 20_000 + "é", "o22", ""]
+    k1, k2 = order_keys(pa.array(ids))
+    for i, value in enumerate(ids):
+        one = order_keys(pa.array([value]))
+        assert (one[0][0], one[1][0]) == (k1[i], k2[i])

@@ -16,8 +16,8 @@ The batch arrives sorted by (order_id, version, ...) (``identity.canonical``, th
 is computed in), so every step on the batch side is a vectorised comparison of neighbouring rows
 in numpy: no hashing of the batch's string keys. Only the ledger rows of the batch's orders are
 read, by one DuckDB join on the ledger snapshot (on the order keys of ``lakepub.keys``); the
-arithmetic here is proportional to the batch, the join's scan of the ledger's key columns is the
-only part that grows with history.
+arithmetic here is proportional to the batch, the join's scan of every ledger row (its keys,
+version, payload and floor) is the only part that grows with history.
 """
 
 from __future__ import annotations
@@ -114,15 +114,12 @@ def prepare_batch(batch: pa.Table) -> BatchSide:
     return BatchSide(n_events, distinct, d_order, orders, order_keys(orders), conflict)
 
 
-def project(con: duckdb.DuckDBPyConnection, batch: pa.Table | BatchSide, ledger_sql: str | None, *,
+def project(con: duckdb.DuckDBPyConnection, side: BatchSide, ledger_sql: str | None, *,
             keyed: bool = True) -> Projection:
-    """Project a batch onto the ledger read by the SQL table expression ``ledger_sql``.
-
-    ``batch``: a ``prepare_batch`` result, or the events sorted by (order_id, version);
-    ``ledger_sql`` is None when the ledger is still empty. ``keyed``: the ledger stores order
-    keys (``lakepub.keys``) and is looked up by them, else by order_id.
+    """Project a batch (its ``prepare_batch`` result) onto the ledger read by the SQL table
+    expression ``ledger_sql`` (None while the ledger is empty). ``keyed``: the ledger stores
+    order keys (``lakepub.keys``) and is looked up by them, else by order_id.
     """
-    side = batch if isinstance(batch, BatchSide) else prepare_batch(batch)
     if side.conflict is not None:
         raise PayloadConflict(side.conflict[0], side.conflict[1], "two payloads in this batch")
     n_events, distinct, d_order, orders = side.n_events, side.distinct, side.d_order, side.orders

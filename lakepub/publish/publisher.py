@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 import warnings
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
@@ -55,7 +55,6 @@ from lakepub.store.record import Counts, PublishRecord, find_batch, latest_recor
 # (88k rows: 22 ms -> 19 ms). Low-cardinality columns keep it: the ledger lookup decodes version
 # for every ledger row, and plain-encoded versions made it ~35% slower at 10M rows.
 _LEDGER_PLAIN = ("order_id", "k1", "k2")
-_WARM_UP = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-duckdb")
 
 
 @dataclass(frozen=True)
@@ -106,7 +105,8 @@ class Publisher:
         self.catalog, self.namespace, self.spec = catalog, namespace, spec
         # Loading DuckDB's extensions takes ~0.15 s; it runs in the background while the first
         # batch is read and projected (a first publish onto an empty ledger needs no DuckDB).
-        self._con_future: Future[duckdb.DuckDBPyConnection] = _WARM_UP.submit(duck_factory)
+        self._duck_factory = duck_factory
+        self._con_future: Future[duckdb.DuckDBPyConnection] | None = duck.in_background(duck_factory)
         self._con: duckdb.DuckDBPyConnection | None = None
         self._published: PublishedState | None = None  # see publish/published_state.py
         self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
@@ -117,7 +117,13 @@ class Publisher:
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
-            self._con = self._con_future.result()
+            future, self._con_future = self._con_future, None
+            try:
+                self._con = future.result() if future is not None else self._duck_factory()
+            except Exception:
+                if future is None:
+                    raise
+                self._con = self._duck_factory()  # a failed warm-up is retried once, here, to report its error
         return self._con
 
     @staticmethod

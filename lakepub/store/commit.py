@@ -4,9 +4,10 @@ pyiceberg 0.12 commits one table at a time. lakepub needs the ledger and the pub
 (which carries the checkpoint) to become visible together, so this module does for several
 tables what ``SqlCatalog.commit_table`` does for one:
 
-1. for each table, load its current metadata from the catalog, validate the transaction's
-   requirements against it (``AssertRefSnapshotId`` fails early if the table moved) and stage the
-   new metadata (``Catalog._update_and_stage_table``), then write the new metadata file;
+1. for each table, validate the transaction's requirements against the metadata the transaction
+   was built on and stage the new metadata (``Catalog._update_and_stage_table``), then write the
+   new metadata file (a table that moved meanwhile is caught by step 2; its new metadata file is
+   then an orphan for the janitor);
 2. in ONE database transaction, compare-and-set every table's ``metadata_location`` from the
    location staged in step 1 to the new one; if any row count is 0 the whole transaction rolls
    back, so a race lost after staging publishes nothing.

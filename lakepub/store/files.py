@@ -12,6 +12,7 @@ the Iceberg schema, the table's Parquet properties (codec, row group size), same
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -67,6 +68,7 @@ class FileWriter:
         self._column_ids = parquet_path_to_id_mapping(self.schema)
         self._locations = load_location_provider(table_location=metadata.location, table_properties=props)
         self._uuid = uuid.uuid4()
+        self._numbers = itertools.count()  # file names stay unique across calls on this writer
 
     def write(self, parts: list[tuple[Record | None, pa.Table]]) -> list[DataFile]:
         """One data file per ``(partition record, rows)``; ``None`` for an unpartitioned table."""
@@ -74,7 +76,7 @@ class FileWriter:
 
     def submit(self, parts: list[tuple[Record | None, pa.Table]]) -> list[Future[DataFile]]:
         """Like ``write``, in the background (Parquet encoding releases the GIL)."""
-        return [_POOL.submit(self._write_one, n, partition, rows) for n, (partition, rows) in enumerate(parts)]
+        return [_POOL.submit(self._write_one, next(self._numbers), partition, rows) for partition, rows in parts]
 
     def _write_one(self, n: int, partition: Record | None, rows: pa.Table) -> DataFile:
         rows = rows.select(self.arrow_schema.names).cast(self.arrow_schema)

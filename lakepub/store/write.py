@@ -20,7 +20,7 @@ The data files are written by ``store.files.FileWriter``; transactions are ``Mem
 from __future__ import annotations
 
 import pyarrow as pa
-from pyiceberg.manifest import DataFile, ManifestEntry, ManifestEntryStatus, ManifestFile
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile
 from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH
@@ -29,6 +29,7 @@ from pyiceberg.table.snapshots import Operation
 from pyiceberg.typedef import Record
 from pyiceberg.table.update.snapshot import _OverwriteFiles
 
+from lakepub.errors import LakepubError
 from lakepub.store.files import FileWriter
 from lakepub.store.layout import day_partition_value, partition_range
 
@@ -109,6 +110,9 @@ class _CompactingOverwrite(_OverwriteFiles):
         found: set[str] = set()
         snapshot = self._transaction.table_metadata.snapshot_by_name(name=self._target_branch)
         for manifest in snapshot.manifests(io=self._io) if snapshot is not None else []:
+            if manifest.content != ManifestContent.DATA:  # lakepub never writes delete files
+                raise LakepubError(f"the published table has delete files ({manifest.manifest_path}) written by "
+                                   "another engine; lakepub rewrites partitions and cannot carry them over")
             for entry in manifest.fetch_manifest_entry(io=self._io, discard_deleted=True):
                 deleted = entry.data_file in self._deleted_data_files
                 if deleted:
