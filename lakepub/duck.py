@@ -11,7 +11,7 @@ import importlib
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Mapping, TypeVar
 from urllib.parse import urlparse
 
 import duckdb
@@ -33,6 +33,7 @@ def extension_path(name: str) -> Path:
 
 _BASES: dict[tuple[tuple[str, str], ...], duckdb.DuckDBPyConnection] = {}
 _LOCK = threading.Lock()
+T = TypeVar("T")
 _WARM_UP = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-duckdb")
 
 
@@ -58,10 +59,10 @@ def warm_up(catalog_properties: Mapping[str, str] | None = None) -> None:
             connect(catalog_properties).close()
         except Exception:  # noqa: BLE001 - the caller's own connect() reports it
             pass
-    _WARM_UP.submit(run)
+    in_background(run)
 
 
-def in_background(factory: Callable[[], duckdb.DuckDBPyConnection]) -> Future[duckdb.DuckDBPyConnection]:
+def in_background(factory: Callable[[], T]) -> Future[T]:
     """Run ``factory`` (typically a ``connect``) on the warm-up thread; the future holds its result."""
     return _WARM_UP.submit(factory)
 

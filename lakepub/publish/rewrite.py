@@ -37,9 +37,7 @@ def rewrite_partitions(
     ``current`` holds (at least) the current (cents, orders) of every day of those partitions.
     """
     labels = sorted({partition_label(day, grain) for day in deltas})
-    in_labels = set(labels)
-    current = {day: v for day, v in current.items() if partition_label(day, grain) in in_labels}
-    merged = dict(current)
+    merged = dict(current)  # days of other partitions, if any, are never read back below
     for day, (d_cents, d_orders) in deltas.items():
         cents, orders = merged.get(day, (0, 0))
         cents, orders = cents + d_cents, orders + d_orders
