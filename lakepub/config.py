@@ -66,6 +66,7 @@ class WorkspaceConfig:
     catalog_dir: Path = Path("catalog")
     landing: Path = Path("landing")
     commit: str = "auto"
+    key_index: bool = True  # keep the ledger's key index (local warehouses): store/key_index.py
     datasets: dict[str, DatasetSpec] = field(default_factory=dict)
 
     @property
@@ -113,6 +114,7 @@ def load_workspace(root: Path) -> WorkspaceConfig:
         catalog_dir=catalog_dir,
         landing=Path(raw.get("landing", "landing")),
         commit=str(raw.get("commit", "auto")),
+        key_index=_flag(raw, "key_index", True, root / CONFIG_FILE),
         datasets=load_datasets(root / catalog_dir),
     )
     return cfg
@@ -160,6 +162,13 @@ def _load_contracts(folder: Path) -> list[Contract]:
             )
         )
     return out
+
+
+def _flag(raw: dict[str, Any], key: str, default: bool, path: Path) -> bool:
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{path}: '{key}' must be true or false, not {value!r}")
+    return value
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

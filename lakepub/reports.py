@@ -6,11 +6,14 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
 
+import pyarrow as pa
+
 from lakepub import duck, output
 from lakepub.errors import VerifyFailed
 from lakepub.identity import checksum_matches, partition_checksum
 from lakepub.landing import LandingSource
-from lakepub.store import audit
+from lakepub.store import audit, key_index
+from lakepub.store.key_index import KeyIndex
 from lakepub.store.layout import ledger_id, partition_label
 from lakepub.store.record import Counts, latest_record, published_history
 from lakepub.workspace import Workspace
@@ -183,7 +186,31 @@ def _deep_check(ws: Workspace, dataset: str, con, rows: list[tuple[date, int, in
     want = {d: (c, o) for d, c, o in expected}
     have = {d: (c, o) for d, c, o in rows}
     return [f"day {d}: published {have.get(d)} but the ledger gives {want.get(d)}"
-            for d in sorted(set(want) | set(have)) if want.get(d) != have.get(d)]
+            for d in sorted(set(want) | set(have)) if want.get(d) != have.get(d)] + _index_check(con, ledger, snapshot_id)
+
+
+def _index_check(con, ledger, snapshot_id: int) -> list[str]:
+    """The key-index runs the ledger snapshot names hold exactly its rows (store/key_index.py)."""
+    runs = key_index.runs_of(ledger.snapshot_by_id(snapshot_id))
+    folder = key_index.folder_of(ledger.location())
+    if not runs or folder is None:
+        return []
+    index = KeyIndex(folder)
+    con.register("lp_index", pa.Table.from_batches([b for run in runs for b in index.batches(run)],
+                                                   schema=key_index.INDEX_SCHEMA))
+    try:
+        cols = ", ".join(key_index.INDEX_SCHEMA.names)
+        scan = duck.scan_sql(ledger.metadata_location, snapshot_id)
+        extra, missing = con.execute(f"""
+            SELECT (SELECT count(*) FROM (SELECT {cols} FROM lp_index EXCEPT ALL SELECT {cols} FROM {scan})),
+                   (SELECT count(*) FROM (SELECT {cols} FROM {scan} EXCEPT ALL SELECT {cols} FROM lp_index))
+            """).fetchone()
+    finally:
+        con.unregister("lp_index")
+    if extra or missing:
+        return [f"ledger key index ({len(runs)} run(s)): {extra} row(s) not in the ledger, {missing} ledger row(s) "
+                "missing; publishes would misread history: `lakepub compact` rebuilds it"]
+    return []
 
 
 def _published_ledger_snapshot(ws: Workspace, dataset: str, ledger) -> int | None:

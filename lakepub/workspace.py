@@ -87,7 +87,7 @@ class Workspace:
             spec = self.dataset(dataset)
             self._publishers[dataset] = Publisher(
                 self.catalog, self.config.namespace, spec, lambda: duck.connect(self.config.catalog),
-                mode=self.config.commit,
+                mode=self.config.commit, key_index=self.config.key_index,
             )
         return self._publishers[dataset]
 

@@ -114,6 +114,8 @@ def referenced_files(root: Path) -> set[str]:
         out.update(entry.metadata_file for entry in table.metadata.metadata_log)
         for snapshot in table.metadata.snapshots:
             out.add(snapshot.manifest_list)
+            index = (snapshot.summary.additional_properties if snapshot.summary else {}).get("lakepub.key-index")
+            out.update(f"{table.location()}/index/{name}" for name, _ in json.loads(index or "[]"))
             for manifest in snapshot.manifests(table.io):
                 out.add(manifest.manifest_path)
                 out.update(e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True))

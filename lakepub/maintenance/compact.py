@@ -14,11 +14,16 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, replace
 
+import duckdb
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.table import Table
+
 from lakepub import duck
 from lakepub.errors import CommitContention, ConfigError
 from lakepub.identity import fingerprint
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_mode, reset_main
-from lakepub.store.layout import SUMMARY_ARROW, ledger_arrow, load_tables
+from lakepub.store import key_index
+from lakepub.store.layout import SUMMARY_ARROW, has_order_keys, ledger_arrow, load_tables
 from lakepub.store.record import Counts, latest_record
 from lakepub.store.write import transaction
 from lakepub.workspace import Workspace
@@ -59,14 +64,18 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
         if dry_run:
             return CompactionResult(dataset, rows_before, rows_after, files_before, files_before, None, True)
         schema = ledger_arrow(ledger)
+        index = _write_index(con, ledger, scan) if ws.config.key_index else None  # first: one result at a time
         reader = con.execute(f"""
             SELECT {', '.join('version AS floor' if name == 'floor' else name for name in schema.names)} FROM {scan}
             QUALIFY row_number() OVER (PARTITION BY order_id ORDER BY version DESC) = 1
             ORDER BY order_id""").to_arrow_reader(batch_size=1_000_000)
+        props = {"lakepub.compaction": f"{rows_before}->{rows_after}"}
         ledger_tx = transaction(ledger)
         reset_main(ledger_tx, base)  # an append no publish names is not compacted in
-        ledger_tx.overwrite(reader.cast(schema),
-                            snapshot_properties={"lakepub.compaction": f"{rows_before}->{rows_after}"})
+        ledger_tx.delete(AlwaysTrue(), snapshot_properties=props)
+        # Only the compacted snapshot names the index: its runs hold exactly that snapshot's rows.
+        ledger_tx.append(reader.cast(schema), snapshot_properties=props if index is None else
+                         {**props, key_index.INDEX_PROPERTY: key_index.encode([index])})
         compacted = ledger_tx.table_metadata.current_snapshot_id
         summary_tx = transaction(tables.summary)
         summary_tx.append(SUMMARY_ARROW.empty_table(), snapshot_properties=replace(
@@ -87,3 +96,16 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
         files_after = sum(1 for _ in ledger.scan().plan_files())
         return CompactionResult(dataset, rows_before, rows_after, files_before, files_after, compacted, False)
     raise CommitContention(f"ledger compaction of '{dataset}' kept losing the commit race to publishers; retry it")
+
+
+def _write_index(con: duckdb.DuckDBPyConnection, ledger: Table, scan: str) -> key_index.Run | None:
+    """The key index of the compacted rows as one run (``store/key_index.py``); None where the
+    ledger has no order keys or the warehouse is not local (publishes then scan the ledger)."""
+    folder = key_index.folder_of(ledger.location())
+    if folder is None or not has_order_keys(ledger):
+        return None
+    rows = con.execute(f"""
+        SELECT k1, k2, version, day, cents, deleted, version AS floor FROM {scan}
+        QUALIFY row_number() OVER (PARTITION BY order_id ORDER BY version DESC) = 1
+        ORDER BY k1""").to_arrow_reader(batch_size=1_000_000)
+    return key_index.write_run(folder, rows)

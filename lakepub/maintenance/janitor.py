@@ -219,7 +219,7 @@ def clean_table(catalog: Catalog, prep: _Prepared, options: JanitorOptions, now:
         table = catalog.load_table(prep.target.ident)
         live = prep.reach.referenced(table)
     found = classify(prep.listing, live, now - options.grace)
-    of_expired = _files_of(prep.reach, expired, report)
+    of_expired = _files_of(prep.reach, expired, report, table.location())
     report.expired_files = sum(1 for f in found.deletable if normalize(f.path) in of_expired)
     report.orphan_files = len(found.deletable) - report.expired_files
     report.young_files = len(found.young)
@@ -277,10 +277,10 @@ def ledger_pins(catalog: Catalog, target: Target, retain_last: int) -> dict[int,
     return pins
 
 
-def _files_of(reach: Reachability, snapshots: list[Snapshot], report: TableReport) -> set[str]:
+def _files_of(reach: Reachability, snapshots: list[Snapshot], report: TableReport, location: str) -> set[str]:
     """Files the expired snapshots referenced (for the report's split only)."""
     try:
-        return reach.snapshot_files(snapshots)
+        return reach.snapshot_files(snapshots, location)
     except OSError as exc:  # an expired snapshot's manifest is already gone: count its files as orphans
         report.warnings.append(f"could not read an expired snapshot's manifests: {' '.join(str(exc).split())}")
         return set()

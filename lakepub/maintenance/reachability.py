@@ -6,7 +6,8 @@ Referenced files of a table, as Iceberg's remove-orphan-files counts them:
 * statistics and partition-statistics files named in the metadata;
 * for every snapshot still in the metadata: its manifest list, the manifests it lists and every
   *live* (added or existing) data or delete file in those manifests. An entry with status DELETED
-  is a tombstone: the file it names is only live in older snapshots.
+  is a tombstone: the file it names is only live in older snapshots;
+* lakepub's own: the key-index runs a ledger snapshot's summary names (``store/key_index.py``).
 
 Manifest lists and manifests are immutable, so their contents are cached by path: a second pass
 over re-loaded metadata (right before deleting) only reads what a concurrent commit added.
@@ -23,6 +24,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
 from lakepub.maintenance.filestore import normalize
+from lakepub.store.key_index import referenced_paths
 
 Progress = Callable[[str, int, int], None]
 """``progress(label, done, total)``, called while manifests are read."""
@@ -69,13 +71,15 @@ class Reachability:
 
     # --- reference sets (normalised locations) ----------------------------------------------
 
-    def snapshot_files(self, snapshots: Iterable[Snapshot]) -> set[str]:
-        """Manifest lists, manifests and live data/delete files of the given snapshots."""
+    def snapshot_files(self, snapshots: Iterable[Snapshot], table_location: str) -> set[str]:
+        """Manifest lists, manifests, live data/delete files and key-index runs of the given
+        snapshots of the table at ``table_location``."""
         snapshots = list(snapshots)
         self.prefetch(snapshots)
         out: set[str] = set()
         for snapshot in snapshots:
             out.add(normalize(snapshot.manifest_list))
+            out.update(normalize(p) for p in referenced_paths(table_location, snapshot))
             for manifest in self.manifests(snapshot):
                 out.add(normalize(manifest.manifest_path))
                 out.update(normalize(f.file_path) for f in self.live_files(manifest))
@@ -93,7 +97,7 @@ class Reachability:
     def referenced(self, table: Table, keep: Callable[[Snapshot], bool] | None = None) -> set[str]:
         """Every file the table's metadata references; with ``keep``, only those snapshots'."""
         snapshots = [s for s in table.metadata.snapshots if keep is None or keep(s)]
-        return self.metadata_files(table.metadata, table.metadata_location) | self.snapshot_files(snapshots)
+        return self.metadata_files(table.metadata, table.metadata_location) | self.snapshot_files(snapshots, table.location())
 
 
 def live_partition_labels(table: Table, reach: Reachability) -> set[str]:

@@ -15,9 +15,8 @@ accepted so far), compute:
 The batch arrives sorted by (order_id, version, ...) (``identity.canonical``, the order its digest
 is computed in), so every step on the batch side is a vectorised comparison of neighbouring rows
 in numpy: no hashing of the batch's string keys. Only the ledger rows of the batch's orders are
-read, by one DuckDB join on the ledger snapshot (on the order keys of ``lakepub.keys``); the
-arithmetic here is proportional to the batch, the join's scan of every ledger row (its keys,
-version, payload and floor) is the only part that grows with history.
+used; ``publish/lookup.py`` finds them (by the ledger's key index, else by a DuckDB join), so
+this module reads no table and its work is proportional to the batch.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date, timedelta
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -114,17 +112,16 @@ def prepare_batch(batch: pa.Table) -> BatchSide:
     return BatchSide(n_events, distinct, d_order, orders, order_keys(orders), conflict)
 
 
-def project(con: duckdb.DuckDBPyConnection, side: BatchSide, ledger_sql: str | None, *,
-            keyed: bool = True) -> Projection:
-    """Project a batch (its ``prepare_batch`` result) onto the ledger read by the SQL table
-    expression ``ledger_sql`` (None while the ledger is empty). ``keyed``: the ledger stores
-    order keys (``lakepub.keys``) and is looked up by them, else by order_id.
+def project(side: BatchSide, found: tuple[pa.Table, np.ndarray]) -> Projection:
+    """Project a batch (its ``prepare_batch`` result) onto the ledger rows of its orders:
+    ``found`` is what ``publish/lookup.py`` returns, the rows (version, day, cents, deleted,
+    floor) and, per row, the position of its order in ``side.orders``.
     """
     if side.conflict is not None:
         raise PayloadConflict(side.conflict[0], side.conflict[1], "two payloads in this batch")
     n_events, distinct, d_order, orders = side.n_events, side.distinct, side.d_order, side.orders
     k1, k2 = side.keys
-    prev, p_order = _lookup(con, orders, side.keys if keyed else None, ledger_sql)
+    prev, p_order = _Rows.of(found[0].combine_chunks()), found[1]
     n_orders = len(orders)
 
     # Ledger rows with the same (order_id, version) as a batch row: seen before, same payload or conflict.
@@ -179,37 +176,6 @@ def project(con: duckdb.DuckDBPyConnection, side: BatchSide, ledger_sql: str | N
     new_rows = distinct.table.take(pa.array(new_idx))
     new_rows = new_rows.append_column("k1", pa.array(k1[new_order])).append_column("k2", pa.array(k2[new_order]))
     return Projection(new_ledger_rows=new_rows, deltas=deltas, counts=counts)
-
-
-def _lookup(con: duckdb.DuckDBPyConnection, orders: pa.Array, keys: tuple[np.ndarray, np.ndarray] | None,
-            ledger_sql: str | None) -> tuple[_Rows, np.ndarray]:
-    """The ledger rows (payload + floor) of ``orders``, and the position in ``orders`` of each.
-
-    Joined on the order keys when given (two int64 columns: ~2x cheaper to scan than the
-    strings), else on order_id. The join returns the order's position rather than its id: no
-    strings are materialised.
-    """
-    if ledger_sql is None or len(orders) == 0:
-        empty = pa.table({name: pa.array([], t) for name, t in
-                          (("version", pa.int64()), ("day", pa.date32()), ("cents", pa.int64()),
-                           ("deleted", pa.bool_()), ("floor", pa.int64()))})
-        return _Rows.of(empty), np.zeros(0, dtype=np.int64)
-    position = pa.array(np.arange(len(orders), dtype=np.int64))
-    if keys is not None:
-        probe = pa.table({"k1": keys[0], "k2": keys[1], "i": position})
-        on = "l.k1 = o.k1 AND l.k2 = o.k2"
-    else:
-        probe = pa.table({"order_id": orders, "i": position})
-        on = "l.order_id = o.order_id"
-    con.register("lp_orders", probe)
-    try:
-        table = con.execute(f"""
-            SELECT o.i, l.version, l.day, l.cents, l.deleted, l.floor
-            FROM {ledger_sql} AS l JOIN lp_orders AS o ON {on}""").to_arrow_table()
-    finally:
-        con.unregister("lp_orders")
-    table = table.combine_chunks()
-    return _Rows.of(table), table.column("i").to_numpy()
 
 
 def _match(a_group: np.ndarray, a_version: np.ndarray, b_group: np.ndarray, b_version: np.ndarray

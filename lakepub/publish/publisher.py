@@ -36,15 +36,16 @@ from lakepub.errors import BlockedError, CommitContention, InvalidPosition, Outc
 from lakepub.faults import fault_point
 from lakepub.identity import BatchIdentity, canonical, events_digest
 from lakepub.positions import Vector
+from lakepub.publish.lookup import LedgerLookup
 from lakepub.publish.projection import BatchSide, Projection, prepare_batch, project
 from lakepub.publish.rebase import ledger_files_added_since, touches_orders
 from lakepub.publish import published_state
 from lakepub.publish.published_state import PublishedState
 from lakepub.publish.rewrite import rewrite_partitions
-from lakepub.store import audit
+from lakepub.store import audit, key_index
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode, reset_main
 from lakepub.store.layout import (
-    SUMMARY_ARROW, DatasetTables, day_partition_value, ensure_tables, has_order_keys, ledger_arrow, load_tables,
+    SUMMARY_ARROW, DatasetTables, day_partition_value, ensure_tables, ledger_arrow, load_tables,
 )
 from lakepub.store.files import FileWriter
 from lakepub.store.write import append_files, partition_value, replace_partitions, transaction
@@ -101,7 +102,10 @@ class Publisher:
         backoff_s: float = 0.05,
         max_backoff_s: float = 2.0,
         mode: str = "auto",
+        key_index: bool = True,
     ):
+        """``key_index``: keep and use the ledger's key index (``store/key_index.py``) where the
+        warehouse allows it (a local file system); False looks the ledger up by scanning it."""
         self.catalog, self.namespace, self.spec = catalog, namespace, spec
         # Loading DuckDB's extensions takes ~0.15 s; it runs in the background while the first
         # batch is read and projected (a first publish onto an empty ledger needs no DuckDB).
@@ -112,7 +116,8 @@ class Publisher:
         self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
         self.rebases = 0  # commit races lost and retried, for tests and benchmarks
         self.ordered = commit_mode(catalog, mode) == "ordered"
-        ensure_tables(catalog, namespace, spec.name, spec.partition)
+        ledger = ensure_tables(catalog, namespace, spec.name, spec.partition).ledger
+        self._lookup = LedgerLookup(lambda: self.con, ledger.location(), use_index=key_index)
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -167,8 +172,7 @@ class Publisher:
             if projection is not None and not self._commutes(tables.ledger, base_ledger, head, events):
                 projection = None  # a concurrent publish touched our orders: recompute
             if projection is None:
-                ledger_sql = duck.scan_sql(tables.ledger.metadata_location, head) if head is not None else None
-                projection = project(self.con, prepared.side, ledger_sql, keyed=has_order_keys(tables.ledger))
+                projection = project(prepared.side, self._lookup.rows(tables.ledger, head, prepared.side))
                 base_ledger = head
             try:
                 return self._attempt(tables, previous, projection, identity, attempt)
@@ -229,7 +233,8 @@ class Publisher:
         ledger_tx = None
         ledger_snapshot = ledger_base
         if ledger_file is not None:
-            ledger_tx = _stage_ledger(tables.ledger, ledger_base, ledger_file, identity.batch_id)
+            runs = self._lookup.runs_after(tables.ledger, ledger_base, projection.new_ledger_rows)
+            ledger_tx = _stage_ledger(tables.ledger, ledger_base, ledger_file, identity.batch_id, runs)
             ledger_snapshot = ledger_tx.table_metadata.current_snapshot_id
 
         record = PublishRecord(
@@ -313,11 +318,16 @@ class Publisher:
             warnings.warn(f"could not record the refused batch in the audit table: {err}", stacklevel=2)
 
 
-def _stage_ledger(ledger: Table, base: int | None, data_file: list[Future[DataFile]], batch_id: str) -> Transaction:
-    """A transaction appending the batch's ledger file (once written) on top of snapshot ``base``."""
+def _stage_ledger(ledger: Table, base: int | None, data_file: list[Future[DataFile]], batch_id: str,
+                  runs: list[key_index.Run] | None) -> Transaction:
+    """A transaction appending the batch's ledger file (once written) on top of snapshot ``base``;
+    its summary names the key-index ``runs`` that hold all its rows (if any)."""
     tx = transaction(ledger)
     reset_main(tx, base)  # drops an unpublished append left on the ledger's main
-    append_files(tx, [f.result() for f in data_file], {"lakepub.batch-id": batch_id})
+    props = {"lakepub.batch-id": batch_id}
+    if runs is not None:
+        props[key_index.INDEX_PROPERTY] = key_index.encode(runs)
+    append_files(tx, [f.result() for f in data_file], props)
     return tx
 
 

@@ -114,7 +114,7 @@ def _pick(fig: dict, prefix: str) -> list[tuple[str, float]]:
 
 
 # A nested phase ("of which: ...") is listed under the phase whose label starts like this.
-_PARENTS = {"ledger lookup": "projection", "pyiceberg scan planning": "published rows"}
+_PARENTS = {"pyiceberg scan planning": "published rows"}
 
 
 def _parent(nested: str) -> str | None:

@@ -1,0 +1,251 @@
+"""The ledger's key index: what a publish needs of the ledger, found without scanning it.
+
+A publish looks up the ledger rows of its batch's orders. Scanning the ledger (a DuckDB join)
+reads every row's keys and payload: ~20 ns per row, so the lookup grew with history (~0.23 s at
+10M rows, over half of a 100k-event publish). The index is a small LSM tree of *runs*:
+
+* a run is an uncompressed Arrow IPC file holding ledger rows (order keys, version, payload,
+  floor) sorted by ``k1``; it is memory-mapped, so a lookup binary-searches the keys in place
+  and touches only the pages on its search paths and the rows it finds, not the whole ledger;
+* every ledger snapshot written by a publish lists the runs that hold exactly its rows in its
+  summary (``lakepub.key-index``: JSON ``[[file name, rows], ...]``, oldest first). A publish
+  adds one run with its new ledger rows; runs of similar size are merged, ``FANOUT`` at a time
+  (size-tiered), so a ledger of N rows has O(log N) runs and a row is rewritten O(log N) times;
+* the invariant the projection relies on: if a snapshot names runs, they hold all of its rows.
+  A snapshot without the property (a ledger from before the index, one written to a remote
+  warehouse, or an index switched off) is looked up by the DuckDB join; a publish on top of it
+  writes no index (it would be partial). Ledger compaction writes a complete one.
+
+Runs are immutable and named by a UUID under ``<ledger location>/index/``; files a snapshot
+names are referenced for the janitor (``maintenance/reachability.py``), those no retained
+snapshot names (merged away, expired, or written by a publish that lost its commit) are orphans.
+
+The index is local-warehouse only: memory-mapping needs a file system. On S3 every snapshot is
+looked up by the DuckDB join (correct, and as fast as before the index).
+
+Memory: mapped pages are the kernel's page cache (reclaimable), not the process's heap; a merge
+streams by key range, ``_MERGE_CHUNK`` rows at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+from pyiceberg.table.snapshots import Snapshot
+
+INDEX_PROPERTY = "lakepub.key-index"
+INDEX_FOLDER = "index"
+INDEX_SCHEMA = pa.schema([
+    ("k1", pa.int64()), ("k2", pa.int64()), ("version", pa.int64()), ("day", pa.date32()),
+    ("cents", pa.int64()), ("deleted", pa.bool_()), ("floor", pa.int64()),
+])
+PAYLOAD = ["version", "day", "cents", "deleted", "floor"]  # what a lookup returns per row found
+
+FANOUT = 4  # runs of one size tier merged together
+UNIT_ROWS = 65_536  # runs up to this size are tier 0; tier t holds up to UNIT_ROWS * FANOUT**t rows
+MAX_RUNS = 16  # beyond this (runs of very uneven sizes), the cheapest FANOUT neighbours are merged
+_MERGE_CHUNK = 1 << 20  # rows per record batch of a merged run (the memory a merge holds at once)
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str  # file name under <ledger location>/index/
+    rows: int
+
+
+def runs_of(snapshot: Snapshot | None) -> list[Run] | None:
+    """The runs holding all rows of a ledger snapshot; ``[]`` before the first publish, ``None``
+    when the snapshot has no index (look it up by scanning)."""
+    if snapshot is None:
+        return []
+    raw = (snapshot.summary.additional_properties if snapshot.summary else {}).get(INDEX_PROPERTY)
+    if raw is None:
+        return None
+    return [Run(str(name), int(rows)) for name, rows in json.loads(raw)]
+
+
+def encode(runs: Sequence[Run]) -> str:
+    return json.dumps([[r.name, r.rows] for r in runs], separators=(",", ":"))
+
+
+def folder_of(table_location: str) -> Path | None:
+    """The local folder of a table's index, or None if the table is not on a local file system."""
+    location = table_location.rstrip("/")
+    if location.startswith("file://"):
+        location = location[len("file://"):]
+    elif "://" in location:
+        return None
+    return Path(location) / INDEX_FOLDER
+
+
+def referenced_paths(table_location: str, snapshot: Snapshot) -> list[str]:
+    """Locations (as the table spells them) of the runs a snapshot names, for the janitor."""
+    runs = runs_of(snapshot) or []
+    base = table_location.rstrip("/")
+    return [f"{base}/{INDEX_FOLDER}/{run.name}" for run in runs]
+
+
+# --- writing --------------------------------------------------------------------------------
+
+
+def index_rows(rows: pa.Table) -> pa.Table:
+    """Ledger rows (with k1, k2; floor optional) as index rows sorted by k1."""
+    floor = rows.column("floor") if "floor" in rows.column_names else pa.nulls(rows.num_rows, pa.int64())
+    table = pa.table([rows.column(n) if n != "floor" else floor for n in INDEX_SCHEMA.names], schema=INDEX_SCHEMA)
+    order = np.argsort(_np(table.column("k1")), kind="stable")
+    return table.take(pa.array(order))
+
+
+def write_run(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table]) -> Run:
+    """Write sorted index rows (already in k1 order across ``batches``) as one run."""
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"{uuid.uuid4()}.arrow"
+    rows = 0
+    with pa.OSFile(str(folder / name), "wb") as sink, pa.ipc.new_file(sink, INDEX_SCHEMA) as writer:
+        for batch in batches:
+            if batch.num_rows:
+                table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+                writer.write_table(table.cast(INDEX_SCHEMA).combine_chunks(), max_chunksize=max(table.num_rows, 1))
+                rows += batch.num_rows
+    return Run(name, rows)
+
+
+def tier(rows: int) -> int:
+    t, limit = 0, UNIT_ROWS
+    while rows > limit:
+        t, limit = t + 1, limit * FANOUT
+    return t
+
+
+def plan_merge(sizes: Sequence[int]) -> tuple[int, int] | None:
+    """The slice ``[i, j)`` of runs (given by their row counts, oldest first) to merge next, or None.
+
+    The newest ``FANOUT`` runs are merged when they are of one tier (appends then cascade up the
+    tiers like a counter in base ``FANOUT``); if uneven sizes leave more than ``MAX_RUNS`` runs,
+    the ``FANOUT`` neighbours with the fewest rows are merged.
+    """
+    n = len(sizes)
+    if n >= FANOUT and len({tier(rows) for rows in sizes[n - FANOUT:]}) == 1:
+        return n - FANOUT, n
+    if n > MAX_RUNS:
+        window = [sum(sizes[i:i + FANOUT]) for i in range(n - FANOUT + 1)]
+        i = int(np.argmin(window))
+        return i, i + FANOUT
+    return None
+
+
+def plan_append(runs: Sequence[Run], new_rows: int) -> list[list[Run | None]]:
+    """The runs after appending a run of ``new_rows`` rows and merging as ``plan_merge`` says,
+    each given by the runs it is made of (``None``: the new rows). Merges are planned before any
+    file is written, so a run that a cascade would merge away at once is never written."""
+    groups: list[list[Run | None]] = [[run] for run in runs] + [[None]]
+    sizes = [run.rows for run in runs] + [new_rows]
+    while (merge := plan_merge(sizes)) is not None:
+        i, j = merge
+        groups[i:j] = [[part for group in groups[i:j] for part in group]]
+        sizes[i:j] = [sum(sizes[i:j])]
+    return groups
+
+
+class KeyIndex:
+    """Opens runs (memory-mapped, kept open while a listing still names them), looks keys up
+    and merges runs. One per publisher: runs are immutable, so an open run never goes stale."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self._open: dict[str, list[pa.RecordBatch]] = {}
+
+    def batches(self, run: Run) -> list[pa.RecordBatch]:
+        found = self._open.get(run.name)
+        if found is None:
+            reader = pa.ipc.open_file(pa.memory_map(str(self.folder / run.name)))
+            found = self._open[run.name] = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        return found
+
+    def forget_all_but(self, runs: Iterable[Run]) -> None:
+        keep = {r.name for r in runs}
+        for name in [n for n in self._open if n not in keep]:
+            del self._open[name]
+
+    def lookup(self, runs: Sequence[Run], k1: np.ndarray, k2: np.ndarray) -> tuple[pa.Table, np.ndarray]:
+        """The index rows (``PAYLOAD`` columns) of the keys ``(k1[i], k2[i])`` and, per row, its ``i``."""
+        order = np.argsort(k1, kind="stable")
+        q1, q2 = k1[order], k2[order]
+        found: list[pa.Table] = []
+        positions: list[np.ndarray] = []
+        for run in runs:
+            for batch in self.batches(run):
+                rows, at = _search(batch, q1, q2)
+                if rows.size:
+                    found.append(pa.Table.from_batches([batch.select(PAYLOAD)]).take(pa.array(rows)))
+                    positions.append(order[at])
+        self.forget_all_but(runs)
+        if not found:
+            return INDEX_SCHEMA.empty_table().select(PAYLOAD), np.zeros(0, dtype=np.int64)
+        return pa.concat_tables(found), np.concatenate(positions)
+
+    def append(self, runs: Sequence[Run], new_rows: pa.Table) -> list[Run]:
+        """Write the index rows ``new_rows`` (``index_rows``) on top of ``runs``: the new run list."""
+        out = []
+        for group in plan_append(runs, new_rows.num_rows):
+            if group == [None]:
+                out.append(write_run(self.folder, [new_rows]))
+            elif len(group) == 1:
+                out.append(group[0])
+            else:
+                out.append(self.merge([new_rows.to_batches() if run is None else self.batches(run) for run in group]))
+        return out
+
+    def merge(self, sources: Sequence[Sequence[pa.RecordBatch]]) -> Run:
+        """One run with the rows of ``sources`` (each k1-sorted), written key range by key range."""
+        batches = [b for source in sources for b in source if b.num_rows]
+        total = sum(b.num_rows for b in batches)
+        chunks = max(1, -(-total // _MERGE_CHUNK))
+        # k1 is a uniform 64-bit hash (lakepub.keys): equal slices of its range hold ~equal rows.
+        bounds = [-(1 << 63) + (i << 64) // chunks for i in range(chunks)] + [None]
+        return write_run(self.folder, _merged(batches, bounds))
+
+
+def _merged(batches: list[pa.RecordBatch], bounds: list[int | None]) -> Iterator[pa.Table]:
+    keys = [_np(b.column("k1")) for b in batches]
+    for lo_key, hi_key in zip(bounds[:-1], bounds[1:]):
+        parts = []
+        for batch, k in zip(batches, keys):
+            lo = int(np.searchsorted(k, lo_key, "left"))
+            hi = len(k) if hi_key is None else int(np.searchsorted(k, hi_key, "left"))
+            if hi > lo:
+                parts.append(pa.Table.from_batches([batch.slice(lo, hi - lo)]))
+        if parts:
+            chunk = pa.concat_tables(parts)
+            yield chunk.take(pa.array(np.argsort(_np(chunk.column("k1")), kind="stable")))
+
+
+def _search(batch: pa.RecordBatch, q1: np.ndarray, q2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of a k1-sorted batch matching sorted needles: (row numbers, needle numbers)."""
+    k1 = _np(batch.column("k1"))
+    if not len(k1):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    # Only the needles within the batch's key range are searched.
+    first, last = np.searchsorted(q1, k1[0], "left"), np.searchsorted(q1, k1[-1], "right")
+    needles = q1[first:last]
+    lo = np.searchsorted(k1, needles, "left")
+    hit = np.flatnonzero(k1[np.minimum(lo, len(k1) - 1)] == needles)
+    if not hit.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    hi = np.searchsorted(k1, needles[hit], "right")  # an order has a row per version
+    count = hi - lo[hit]
+    rows = np.repeat(lo[hit], count) + (np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count))
+    at = np.repeat(hit + first, count)
+    same = _np(batch.column("k2"))[rows] == q2[at]
+    return rows[same], at[same]
+
+
+def _np(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(column.to_numpy(zero_copy_only=False) if isinstance(column, pa.ChunkedArray)
+                      else column.to_numpy(zero_copy_only=column.null_count == 0), dtype=np.int64)
