@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import importlib
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Mapping, TypeVar
+from typing import Mapping
 from urllib.parse import urlparse
 
 import duckdb
@@ -33,8 +32,6 @@ def extension_path(name: str) -> Path:
 
 _BASES: dict[tuple[tuple[str, str], ...], duckdb.DuckDBPyConnection] = {}
 _LOCK = threading.Lock()
-T = TypeVar("T")
-_WARM_UP = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-duckdb")
 
 
 def connect(catalog_properties: Mapping[str, str] | None = None, *, s3: bool | None = None) -> duckdb.DuckDBPyConnection:
@@ -45,26 +42,11 @@ def connect(catalog_properties: Mapping[str, str] | None = None, *, s3: bool | N
     callers create should be TEMP views: those are private to the returned connection.
     """
     key = tuple(sorted((str(k), str(v)) for k, v in (catalog_properties or {}).items())) + (("s3", str(s3)),)
-    with _LOCK:  # a warm-up thread may be creating it: wait rather than load the extensions twice
+    with _LOCK:  # two threads may connect at once: load the extensions once
         base = _BASES.get(key)
         if base is None:
             base = _BASES[key] = _new_database(dict(catalog_properties or {}), s3)
     return base.cursor()
-
-
-def warm_up(catalog_properties: Mapping[str, str] | None = None) -> None:
-    """Create the database for this catalog in a background thread (errors surface on ``connect``)."""
-    def run() -> None:
-        try:
-            connect(catalog_properties).close()
-        except Exception:  # noqa: BLE001 - the caller's own connect() reports it
-            pass
-    in_background(run)
-
-
-def in_background(factory: Callable[[], T]) -> Future[T]:
-    """Run ``factory`` (typically a ``connect``) on the warm-up thread; the future holds its result."""
-    return _WARM_UP.submit(factory)
 
 
 def _new_database(props: dict[str, str], s3: bool | None) -> duckdb.DuckDBPyConnection:

@@ -115,7 +115,6 @@ class Workspace:
         if not src.exists():
             raise ConfigError(f"landing folder {src.folder} does not exist (it holds one folder per source "
                               "partition, each with JSONL segments read in file-name order)")
-        duck.warm_up(self.config.catalog)  # ~0.15 s of extension loading, overlapped with counting and reading
         committed = self.committed_positions(dataset).get(spec.source, {})
         pending = src.backlog(committed).total_pending
         if on_start:

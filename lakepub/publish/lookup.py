@@ -10,6 +10,7 @@ Two ways to find them, same answer (``tests/test_key_index.py`` checks it):
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
 import duckdb
@@ -23,6 +24,7 @@ from lakepub.store import key_index
 from lakepub.store.key_index import KeyIndex, Run
 from lakepub.store.layout import has_order_keys
 
+_WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-index")
 Found = tuple[pa.Table, np.ndarray]  # rows (key_index.PAYLOAD columns), position of each one's order
 
 
@@ -53,6 +55,12 @@ class LedgerLookup:
             return self.index.lookup(runs, *side.keys)
         return scan_rows(self._con(), duck.scan_sql(ledger.metadata_location, snapshot_id), side,
                          keyed=has_order_keys(ledger))
+
+    def submit_runs_after(self, ledger: Table, base_snapshot_id: int | None, new_rows: pa.Table
+                          ) -> Future[list[Run] | None]:
+        """``runs_after`` in the background (sorting and writing release the GIL): one thread, so
+        a publisher's index writes never overlap."""
+        return _WRITER.submit(self.runs_after, ledger, base_snapshot_id, new_rows)
 
     def runs_after(self, ledger: Table, base_snapshot_id: int | None, new_rows: pa.Table) -> list[Run] | None:
         """Write the run of ``new_rows`` (ledger rows with order keys) and merge as the policy

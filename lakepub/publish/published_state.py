@@ -4,8 +4,8 @@ A publish reads the current rows of the partitions it rewrites and replaces thei
 The published table is small (a row per day), so a publisher keeps its whole content and its
 files by partition, tagged with the snapshot they belong to. The next publish uses them only if
 the table's current snapshot is still that one (no other writer, compaction or republish moved
-it); otherwise it reads the table again (``load``). This saves a DuckDB Iceberg scan and a
-pyiceberg scan planning per publish (~25 ms); the memory is bounded by the number of days
+it); otherwise it reads the table again (``load``). This saves a scan and its
+planning per publish (~25 ms); the memory is bounded by the number of days
 published, not by events or history.
 """
 
@@ -14,11 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import date
 
-import duckdb
+from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 
-from lakepub import duck
 from lakepub.store.layout import day_partition_value
 
 Rows = dict[date, tuple[int, int]]  # day -> (cents, orders)
@@ -46,16 +45,22 @@ class PublishedState:
         return PublishedState(snapshot_id, {**kept_rows, **{v: r for v, r in rows.items() if r}}, files)
 
 
-def load(con: duckdb.DuckDBPyConnection, table: Table, grain: str) -> PublishedState:
-    """The current rows and data files of the published table (empty before its first publish)."""
+def load(table: Table, grain: str) -> PublishedState:
+    """The current rows and data files of the published table (empty before its first publish).
+
+    Read with pyiceberg from the files its planning found (no DuckDB: a publish on the key-index
+    path then never loads DuckDB's extensions, ~0.15 s of CPU per process).
+    """
     snapshot_id = table.metadata.current_snapshot_id
     if snapshot_id is None:
         return PublishedState(None, {}, {})
-    sql = f"SELECT day, cents, orders FROM {duck.scan_sql(table.metadata_location, snapshot_id)}"
+    scan = table.scan(snapshot_id=snapshot_id)
+    tasks = list(scan.plan_files())
+    arrow = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter).to_table(tasks)
     rows: dict[int, Rows] = {}
-    for day, cents, orders in con.execute(sql).fetchall():
+    for day, cents, orders in zip(*(arrow.column(name).to_pylist() for name in ("day", "cents", "orders"))):
         rows.setdefault(day_partition_value(day, grain), {})[day] = (cents, orders)
     files: dict[int, list[DataFile]] = {}
-    for task in table.scan(snapshot_id=snapshot_id).plan_files():
+    for task in tasks:
         files.setdefault(task.file.partition[0], []).append(task.file)
     return PublishedState(snapshot_id, rows, files)

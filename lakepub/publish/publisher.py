@@ -30,7 +30,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 
-from lakepub import duck, positions
+from lakepub import positions
 from lakepub.config import DatasetSpec
 from lakepub.errors import BlockedError, CommitContention, InvalidPosition, OutcomeUnknown, PayloadConflict, StaleStart
 from lakepub.faults import fault_point
@@ -107,10 +107,9 @@ class Publisher:
         """``key_index``: keep and use the ledger's key index (``store/key_index.py``) where the
         warehouse allows it (a local file system); False looks the ledger up by scanning it."""
         self.catalog, self.namespace, self.spec = catalog, namespace, spec
-        # Loading DuckDB's extensions takes ~0.15 s; it runs in the background while the first
-        # batch is read and projected (a first publish onto an empty ledger needs no DuckDB).
+        # DuckDB (~0.15 s of extension loading) is opened on first use: only a ledger without a
+        # key index, or a rebase check, needs it.
         self._duck_factory = duck_factory
-        self._con_future: Future[duckdb.DuckDBPyConnection] | None = duck.in_background(duck_factory)
         self._con: duckdb.DuckDBPyConnection | None = None
         self._published: PublishedState | None = None  # see publish/published_state.py
         self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
@@ -122,13 +121,7 @@ class Publisher:
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
         if self._con is None:
-            future, self._con_future = self._con_future, None
-            try:
-                self._con = future.result() if future is not None else self._duck_factory()
-            except Exception:
-                if future is None:
-                    raise
-                self._con = self._duck_factory()  # a failed warm-up is retried once, here, to report its error
+            self._con = self._duck_factory()
         return self._con
 
     @staticmethod
@@ -217,24 +210,25 @@ class Publisher:
 
     def _attempt(self, tables: DatasetTables, previous: PublishRecord | None, projection: Projection,
                  identity: BatchIdentity, attempt: int) -> PublishResult:
-        # The ledger's new data file is encoded in the background while the partitions are rewritten.
-        ledger_file = None
+        # The ledger's new data file and key-index run are written in the background while the
+        # partitions are rewritten.
+        ledger_base = previous.ledger_snapshot if previous else None
+        ledger_file = runs = None
         if projection.new_ledger_rows.num_rows:
             rows = _ledger_rows(projection.new_ledger_rows, identity.batch_id, ledger_arrow(tables.ledger))
             ledger_file = FileWriter(tables.ledger.metadata, tables.ledger.io, plain=_LEDGER_PLAIN).submit([(None, rows)])
+            runs = self._lookup.submit_runs_after(tables.ledger, ledger_base, projection.new_ledger_rows)
         grain = self.spec.partition
         state = self._published_state(tables.summary)
         values = {day_partition_value(day, grain) for day in projection.deltas}
         rewrite = rewrite_partitions(state.rows_of(values), projection.deltas, grain)
         counts = replace(projection.counts, partitions_rewritten=len(rewrite.partitions))
-        ledger_base = previous.ledger_snapshot if previous else None
         new_positions = positions.advance(previous.positions if previous else {}, identity.source, identity.end)
 
         ledger_tx = None
         ledger_snapshot = ledger_base
-        if ledger_file is not None:
-            runs = self._lookup.runs_after(tables.ledger, ledger_base, projection.new_ledger_rows)
-            ledger_tx = _stage_ledger(tables.ledger, ledger_base, ledger_file, identity.batch_id, runs)
+        if ledger_file is not None and runs is not None:
+            ledger_tx = _stage_ledger(tables.ledger, ledger_base, ledger_file, identity.batch_id, runs.result())
             ledger_snapshot = ledger_tx.table_metadata.current_snapshot_id
 
         record = PublishRecord(
@@ -287,7 +281,7 @@ class Publisher:
         if current is None:
             return PublishedState(None, {}, {})
         if self._published is None or self._published.snapshot_id != current:
-            self._published = published_state.load(self.con, summary, self.spec.partition)
+            self._published = published_state.load(summary, self.spec.partition)
         return self._published
 
     def _already_published(self, identity: BatchIdentity, snapshot_id: int, committed: dict[str, Vector],

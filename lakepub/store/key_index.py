@@ -98,7 +98,7 @@ def index_rows(rows: pa.Table) -> pa.Table:
     """Ledger rows (with k1, k2; floor optional) as index rows sorted by k1."""
     floor = rows.column("floor") if "floor" in rows.column_names else pa.nulls(rows.num_rows, pa.int64())
     table = pa.table([rows.column(n) if n != "floor" else floor for n in INDEX_SCHEMA.names], schema=INDEX_SCHEMA)
-    order = np.argsort(_np(table.column("k1")), kind="stable")
+    order = np.argsort(_np(table.column("k1")))
     return table.take(pa.array(order))
 
 
@@ -175,7 +175,7 @@ class KeyIndex:
 
     def lookup(self, runs: Sequence[Run], k1: np.ndarray, k2: np.ndarray) -> tuple[pa.Table, np.ndarray]:
         """The index rows (``PAYLOAD`` columns) of the keys ``(k1[i], k2[i])`` and, per row, its ``i``."""
-        order = np.argsort(k1, kind="stable")
+        order = np.argsort(k1)
         q1, q2 = k1[order], k2[order]
         found: list[pa.Table] = []
         positions: list[np.ndarray] = []
@@ -222,7 +222,8 @@ def _merged(batches: list[pa.RecordBatch], bounds: list[int | None]) -> Iterator
             if hi > lo:
                 parts.append(pa.Table.from_batches([batch.slice(lo, hi - lo)]))
         if parts:
-            chunk = pa.concat_tables(parts)
+            chunk = pa.concat_tables(parts).combine_chunks()  # take() on one chunk: no per-row chunk lookup
+            # stable sort is timsort: it merges the already sorted slices in ~linear time
             yield chunk.take(pa.array(np.argsort(_np(chunk.column("k1")), kind="stable")))
 
 
