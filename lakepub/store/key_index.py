@@ -50,7 +50,7 @@ PAYLOAD = ["version", "day", "cents", "deleted", "floor"]  # what a lookup retur
 FANOUT = 4  # runs of one size tier merged together
 UNIT_ROWS = 65_536  # runs up to this size are tier 0; tier t holds up to UNIT_ROWS * FANOUT**t rows
 MAX_RUNS = 16  # beyond this (runs of very uneven sizes), the cheapest FANOUT neighbours are merged
-_MERGE_CHUNK = 1 << 20  # rows per record batch of a merged run (the memory a merge holds at once)
+_MERGE_CHUNK = 1 << 18  # rows per record batch of a merged run (a merge holds ~2 x 12 MB of them at once)
 
 
 @dataclass(frozen=True)
@@ -154,24 +154,17 @@ def plan_append(runs: Sequence[Run], new_rows: int) -> list[list[Run | None]]:
 
 
 class KeyIndex:
-    """Opens runs (memory-mapped, kept open while a listing still names them), looks keys up
-    and merges runs. One per publisher: runs are immutable, so an open run never goes stale."""
+    """Looks keys up in a dataset's runs and writes runs. Runs are mapped per use and unmapped
+    after it: their pages stay in the kernel's page cache for the next publish, but not in this
+    process's resident memory between publishes (re-mapping a 10M-row index costs ~5 ms)."""
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self._open: dict[str, list[pa.RecordBatch]] = {}
 
     def batches(self, run: Run) -> list[pa.RecordBatch]:
-        found = self._open.get(run.name)
-        if found is None:
-            reader = pa.ipc.open_file(pa.memory_map(str(self.folder / run.name)))
-            found = self._open[run.name] = [reader.get_batch(i) for i in range(reader.num_record_batches)]
-        return found
-
-    def forget_all_but(self, runs: Iterable[Run]) -> None:
-        keep = {r.name for r in runs}
-        for name in [n for n in self._open if n not in keep]:
-            del self._open[name]
+        """The record batches of a run, memory-mapped (released with the last reference)."""
+        reader = pa.ipc.open_file(pa.memory_map(str(self.folder / run.name)))
+        return [reader.get_batch(i) for i in range(reader.num_record_batches)]
 
     def lookup(self, runs: Sequence[Run], k1: np.ndarray, k2: np.ndarray) -> tuple[pa.Table, np.ndarray]:
         """The index rows (``PAYLOAD`` columns) of the keys ``(k1[i], k2[i])`` and, per row, its ``i``."""
@@ -185,7 +178,6 @@ class KeyIndex:
                 if rows.size:
                     found.append(pa.Table.from_batches([batch.select(PAYLOAD)]).take(pa.array(rows)))
                     positions.append(order[at])
-        self.forget_all_but(runs)
         if not found:
             return INDEX_SCHEMA.empty_table().select(PAYLOAD), np.zeros(0, dtype=np.int64)
         return pa.concat_tables(found), np.concatenate(positions)
