@@ -128,10 +128,38 @@ def main() -> None:
         r.target("published table: iceberg / parquet <= 1.2x", r.figures["published_ratio"], "<=", 1.2)
         r.target("ledger: iceberg / parquet <= 1.2x", r.figures["ledger_ratio"], "<=", 1.2)
 
+        _after_janitor(r, ws, con, reps, s_files)
         if not args.no_compact:
             _compact(r, ws, con, reps)
         con.close()
     r.emit(args)
+
+
+def _after_janitor(r: c.Report, ws, con, reps: int, files: list[str]) -> None:
+    """The published table once ``lakepub janitor --older-than 0s`` expired its old snapshots:
+    DuckDB parses every snapshot of the metadata JSON on each query (~10 us per snapshot here)."""
+    from lakepub.maintenance.janitor import JanitorOptions, run_janitor
+    from lakepub.store.layout import summary_id
+
+    before = ws.catalog.load_table(summary_id(ws.config.namespace, c.DATASET))
+    run_janitor(ws, [c.DATASET], JanitorOptions(older_than_s=0.0))
+    summary = ws.catalog.load_table(summary_id(ws.config.namespace, c.DATASET))
+    assert sorted(data_files(summary)) == sorted(files)  # the janitor changes no data
+    con.execute(f"CREATE OR REPLACE TEMP VIEW after_janitor AS SELECT * FROM iceberg_scan('{summary.metadata_location}')")
+    ice, _ = bench_query(con, Q_PUBLISHED.format(src="after_janitor"), reps)
+    pq_, _ = bench_query(con, Q_PUBLISHED.format(src=parquet_src(files)), reps)
+    r.section("published table after `lakepub janitor --older-than 0s` (no target; the default keeps 3 days)")
+    r.figure("published_snapshots_after_janitor", len(summary.metadata.snapshots), "published: snapshots kept in metadata",
+             "", f"was {len(before.metadata.snapshots)}")
+    r.figure("published_metadata_kib_after_janitor", _size(summary.metadata_location) / 1024, "published: metadata JSON",
+             "KiB", f"was {_size(before.metadata_location) / 1024:.0f} KiB")
+    r.figure("published_iceberg_s_after_janitor", ice, "published: iceberg_scan", "s")
+    r.figure("published_parquet_s_after_janitor", pq_, "published: read_parquet of the same files", "s")
+    r.ratio("published_ratio_after_janitor", ice, pq_, "published: iceberg / parquet")
+
+
+def _size(location: str) -> int:
+    return Path(location.removeprefix("file://")).stat().st_size if location.startswith("file://") else 0
 
 
 def _compact(r: c.Report, ws, con, reps: int) -> None:
