@@ -193,11 +193,15 @@ def _index_check(con, ledger, snapshot_id: int) -> list[str]:
     """The key-index runs the ledger snapshot names hold exactly its rows (store/key_index.py)."""
     runs = key_index.runs_of(ledger.snapshot_by_id(snapshot_id))
     folder = key_index.folder_of(ledger.location())
-    if not runs or folder is None:
+    if runs is None or folder is None:
         return []
     index = KeyIndex(folder)
-    con.register("lp_index", pa.Table.from_batches([b for run in runs for b in index.batches(run)],
-                                                   schema=key_index.INDEX_SCHEMA))
+    try:
+        batches = [b for run in runs for b in index.batches(run)]
+    except OSError as exc:
+        return [f"ledger key index: a run is unreadable ({' '.join(str(exc).split())}); publishes scan the "
+                f"ledger instead until `lakepub compact` writes a complete index"]
+    con.register("lp_index", pa.Table.from_batches(batches, schema=key_index.INDEX_SCHEMA))
     try:
         cols = ", ".join(key_index.INDEX_SCHEMA.names)
         scan = duck.scan_sql(ledger.metadata_location, snapshot_id)
@@ -209,7 +213,7 @@ def _index_check(con, ledger, snapshot_id: int) -> list[str]:
         con.unregister("lp_index")
     if extra or missing:
         return [f"ledger key index ({len(runs)} run(s)): {extra} row(s) not in the ledger, {missing} ledger row(s) "
-                "missing; publishes would misread history: `lakepub compact` rebuilds it"]
+                "missing; publishes would misread history: `lakepub compact` (atomic commit mode) rebuilds it"]
     return []
 
 

@@ -65,9 +65,8 @@ def _found(table: pa.Table, positions: np.ndarray) -> list[tuple]:
 
 
 def test_lookups_and_merges_match_a_brute_force_scan(tmp_path: Path, monkeypatch):
-    # Tiny tiers and merge chunks, so that a few thousand rows go through cascades of merges and
-    # runs made of several record batches.
-    monkeypatch.setattr(key_index, "UNIT_ROWS", 40)
+    # Tiny merge chunks and run limit, so that a few thousand rows go through cascades of merges,
+    # the MAX_RUNS fallback, and runs made of several record batches.
     monkeypatch.setattr(key_index, "_MERGE_CHUNK", 150)
     monkeypatch.setattr(key_index, "MAX_RUNS", 6)
     rng = np.random.default_rng(3)
@@ -109,15 +108,30 @@ def _unique_pairs(k1: np.ndarray, k2: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return k1[first], k2[first]
 
 
-@pytest.mark.parametrize("sizes", [[10] * 64, [100_000] + [10] * 40, [7, 70_000, 7, 70_000] * 10])
-def test_run_count_stays_logarithmic(sizes):
+@pytest.mark.parametrize("sizes, max_runs, max_writes", [
+    ([100] * 3000, 16, 6),  # many tiny batches: no run is re-merged at every few appends
+    ([88_000] * 10, 4, 2),  # the throughput benchmark's shape
+    ([1_000_000] * 10 + [88_000] * 20, 8, 3),  # the history benchmark's shape
+    (list(np.random.default_rng(1).integers(60_000, 90_000, 100)), 10, 5),  # uneven batches
+    ([7, 70_000, 7, 70_000] * 10, 16, 4),  # adversarial: MAX_RUNS bounds the run count
+])
+def test_runs_stay_few_and_rows_are_rewritten_few_times(sizes, max_runs, max_writes):
     runs: list[key_index.Run] = []
+    written = 0
     for i, rows in enumerate(sizes):
-        groups = key_index.plan_append(runs, rows)
-        runs = [g[0] if len(g) == 1 and g[0] is not None else
-                key_index.Run(f"r{i}-{j}", sum(rows if r is None else r.rows for r in g)) for j, g in enumerate(groups)]
-        assert len(runs) <= key_index.MAX_RUNS
-    assert sum(r.rows for r in runs) == sum(sizes)
+        groups = key_index.plan_append(runs, int(rows))
+        runs = []
+        for j, group in enumerate(groups):
+            if len(group) == 1 and group[0] is not None:
+                runs.append(group[0])
+                continue
+            total = sum(int(rows) if r is None else r.rows for r in group)
+            written += total  # a new or merged run is written once
+            runs.append(key_index.Run(f"r{i}-{j}", total))
+        assert len(runs) <= max(max_runs, key_index.MAX_RUNS)
+        assert len(runs) <= max_runs
+    assert sum(r.rows for r in runs) == sum(int(x) for x in sizes)
+    assert written / sum(int(x) for x in sizes) <= max_writes
 
 
 # --- through the public interface -------------------------------------------------------------
@@ -212,3 +226,26 @@ def test_bad_key_index_setting_is_a_one_line_error(ws_path: Path, cli):
     res = cli("status", "orders_daily")
     assert res.code != 0 and "'key_index' must be true or false" in res.err, res.err
     assert "Traceback" not in res.err and len(res.err.strip().splitlines()) == 1
+
+
+def test_a_run_deleted_by_hand_falls_back_to_the_scan_until_compaction(tmp_path: Path):
+    ws = _workspace(tmp_path / "ws", index=True)
+    ws.publish("orders_daily", [A1, B2], start={}, end={"p0": 2})
+    (run,) = _runs(ws)
+    (key_index.folder_of(_tables(ws).ledger.location()) / run.name).unlink()
+    report = reports.verify(Workspace.open(ws.config.root), "orders_daily", deep=True)
+    assert not report.ok and "unreadable" in report.mismatches[-1], report.mismatches
+
+    ws = Workspace.open(ws.config.root)
+    with pytest.warns(UserWarning, match="key index unreadable"):
+        late = ws.publish("orders_daily", [A2, B1], start={"p0": 2}, end={"p0": 4})
+    assert late.counts.stale == 1  # B/v1 under the tombstone B/v2: found by the scan
+    assert summary_rows(ws) == [("2025-10-02", 150, 1)]
+    assert _runs(ws) is None  # no partial index on top
+    assert reports.verify(Workspace.open(ws.config.root), "orders_daily", deep=True).ok
+
+    from lakepub.maintenance.compact import compact_ledger
+
+    compact_ledger(ws, "orders_daily")
+    assert [r.rows for r in _runs(ws)] == [2]
+    assert reports.verify(Workspace.open(ws.config.root), "orders_daily", deep=True).ok

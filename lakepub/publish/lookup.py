@@ -10,6 +10,7 @@ Two ways to find them, same answer (``tests/test_key_index.py`` checks it):
 
 from __future__ import annotations
 
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
@@ -29,7 +30,7 @@ Found = tuple[pa.Table, np.ndarray]  # rows (key_index.PAYLOAD columns), positio
 
 
 class LedgerLookup:
-    """Looks up one dataset's ledger; keeps its key-index runs open between publishes."""
+    """Looks up one dataset's ledger, by its key index where the snapshot has one."""
 
     def __init__(self, con: Callable[[], duckdb.DuckDBPyConnection], ledger_location: str, *, use_index: bool = True):
         self._con = con
@@ -52,14 +53,17 @@ class LedgerLookup:
             return key_index.INDEX_SCHEMA.empty_table().select(key_index.PAYLOAD), np.zeros(0, dtype=np.int64)
         runs = self.runs(ledger, snapshot_id)
         if runs is not None and self.index is not None:
-            return self.index.lookup(runs, *side.keys)
+            try:
+                return self.index.lookup(runs, *side.keys)
+            except OSError as exc:  # a run deleted by hand: the ledger itself is still whole
+                _unreadable(exc, "this publish scans the ledger instead")
         return scan_rows(self._con(), duck.scan_sql(ledger.metadata_location, snapshot_id), side,
                          keyed=has_order_keys(ledger))
 
     def submit_runs_after(self, ledger: Table, base_snapshot_id: int | None, new_rows: pa.Table
                           ) -> Future[list[Run] | None]:
-        """``runs_after`` in the background (sorting and writing release the GIL): one thread, so
-        a publisher's index writes never overlap."""
+        """``runs_after`` in the background (sorting and writing release the GIL), on one thread
+        for the process, so index writes never overlap."""
         return _WRITER.submit(self.runs_after, ledger, base_snapshot_id, new_rows)
 
     def runs_after(self, ledger: Table, base_snapshot_id: int | None, new_rows: pa.Table) -> list[Run] | None:
@@ -69,7 +73,17 @@ class LedgerLookup:
         runs = self.runs(ledger, base_snapshot_id)
         if runs is None or self.index is None:
             return None
-        return self.index.append(runs, key_index.index_rows(new_rows))
+        try:
+            for run in runs:  # an index with a run gone is not carried forward
+                (self.index.folder / run.name).stat()
+            return self.index.append(runs, key_index.index_rows(new_rows))
+        except OSError as exc:
+            _unreadable(exc, "the new ledger snapshot gets no index (`lakepub compact` writes a complete one)")
+            return None
+
+
+def _unreadable(exc: OSError, consequence: str) -> None:
+    warnings.warn(f"ledger key index unreadable ({' '.join(str(exc).split())}): {consequence}", stacklevel=3)
 
 
 def scan_rows(con: duckdb.DuckDBPyConnection, ledger_sql: str, side: BatchSide, *, keyed: bool) -> Found:

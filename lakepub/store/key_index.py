@@ -9,8 +9,10 @@ reads every row's keys and payload: ~20 ns per row, so the lookup grew with hist
   and touches only the pages on its search paths and the rows it finds, not the whole ledger;
 * every ledger snapshot written by a publish lists the runs that hold exactly its rows in its
   summary (``lakepub.key-index``: JSON ``[[file name, rows], ...]``, oldest first). A publish
-  adds one run with its new ledger rows; runs of similar size are merged, ``FANOUT`` at a time
-  (size-tiered), so a ledger of N rows has O(log N) runs and a row is rewritten O(log N) times;
+  adds one run with its new ledger rows; the newest ``FANOUT`` runs are merged once their sizes
+  are within a factor ``FANOUT`` of each other (size-tiered), so equal batches of b rows make a
+  base-``FANOUT`` counter: O(log(N/b)) runs, each row rewritten ~log_FANOUT(N/b) times (at most
+  log_1.75(N/b) for any sizes; ``tests/test_key_index.py`` checks the bounds);
 * the invariant the projection relies on: if a snapshot names runs, they hold all of its rows.
   A snapshot without the property (a ledger from before the index, one written to a remote
   warehouse, or an index switched off) is looked up by the DuckDB join; a publish on top of it
@@ -21,7 +23,9 @@ names are referenced for the janitor (``maintenance/reachability.py``), those no
 snapshot names (merged away, expired, or written by a publish that lost its commit) are orphans.
 
 The index is local-warehouse only: memory-mapping needs a file system. On S3 every snapshot is
-looked up by the DuckDB join (correct, and as fast as before the index).
+looked up by the DuckDB join, as before the index (cost grows with history). A run that cannot
+be read (deleted by hand) makes ``publish/lookup.py`` fall back to the join and stop indexing
+until ``lakepub compact`` writes a complete index again.
 
 Memory: mapped pages are the kernel's page cache (reclaimable), not the process's heap; a merge
 streams by key range, ``_MERGE_CHUNK`` rows at a time.
@@ -47,8 +51,7 @@ INDEX_SCHEMA = pa.schema([
 ])
 PAYLOAD = ["version", "day", "cents", "deleted", "floor"]  # what a lookup returns per row found
 
-FANOUT = 4  # runs of one size tier merged together
-UNIT_ROWS = 65_536  # runs up to this size are tier 0; tier t holds up to UNIT_ROWS * FANOUT**t rows
+FANOUT = 4  # runs merged together once within this size factor of each other
 MAX_RUNS = 16  # beyond this (runs of very uneven sizes), the cheapest FANOUT neighbours are merged
 _MERGE_CHUNK = 1 << 18  # rows per record batch of a merged run (a merge holds ~2 x 12 MB of them at once)
 
@@ -116,23 +119,19 @@ def write_run(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table]) -> Run
     return Run(name, rows)
 
 
-def tier(rows: int) -> int:
-    t, limit = 0, UNIT_ROWS
-    while rows > limit:
-        t, limit = t + 1, limit * FANOUT
-    return t
-
-
 def plan_merge(sizes: Sequence[int]) -> tuple[int, int] | None:
     """The slice ``[i, j)`` of runs (given by their row counts, oldest first) to merge next, or None.
 
-    The newest ``FANOUT`` runs are merged when they are of one tier (appends then cascade up the
-    tiers like a counter in base ``FANOUT``); if uneven sizes leave more than ``MAX_RUNS`` runs,
-    the ``FANOUT`` neighbours with the fewest rows are merged.
+    The newest ``FANOUT`` runs are merged when the largest is less than ``FANOUT`` times the
+    smallest (equal appends then cascade like a counter in base ``FANOUT``, and a merge grows
+    every row's run at least 1.75x); if uneven sizes leave more than ``MAX_RUNS`` runs, the
+    ``FANOUT`` neighbours with the fewest rows are merged.
     """
     n = len(sizes)
-    if n >= FANOUT and len({tier(rows) for rows in sizes[n - FANOUT:]}) == 1:
-        return n - FANOUT, n
+    if n >= FANOUT:
+        newest = sizes[n - FANOUT:]
+        if max(newest) < FANOUT * min(newest):
+            return n - FANOUT, n
     if n > MAX_RUNS:
         window = [sum(sizes[i:i + FANOUT]) for i in range(n - FANOUT + 1)]
         i = int(np.argmin(window))

@@ -44,7 +44,7 @@ LEDGER_SCHEMA = Schema(
     NestedField(6, "batch_id", StringType(), required=False),
     # Set by compaction: every version <= floor of this order was seen; lower ones stay rejected.
     NestedField(7, "floor", LongType(), required=False),
-    # Two 64-bit hashes of order_id (lakepub.keys): the publish's ledger lookup joins on them.
+    # Two 64-bit hashes of order_id (lakepub.keys): the keys of the ledger's lookup (key index or join).
     NestedField(8, "k1", LongType(), required=False),
     NestedField(9, "k2", LongType(), required=False),
 )
