@@ -67,7 +67,7 @@ def _found(table: pa.Table, positions: np.ndarray) -> list[tuple]:
 def test_lookups_and_merges_match_a_brute_force_scan(tmp_path: Path, monkeypatch):
     # Tiny merge chunks and run limit, so that a few thousand rows go through cascades of merges,
     # the MAX_RUNS fallback, and runs made of several record batches.
-    monkeypatch.setattr(key_index, "_MERGE_CHUNK", 150)
+    monkeypatch.setattr(key_index, "BATCH_ROWS", 150)
     monkeypatch.setattr(key_index, "MAX_RUNS", 6)
     rng = np.random.default_rng(3)
     index = KeyIndex(tmp_path / "index")

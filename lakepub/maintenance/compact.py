@@ -107,5 +107,5 @@ def _write_index(con: duckdb.DuckDBPyConnection, ledger: Table, scan: str) -> ke
     rows = con.execute(f"""
         SELECT k1, k2, version, day, cents, deleted, version AS floor FROM {scan}
         QUALIFY row_number() OVER (PARTITION BY order_id ORDER BY version DESC) = 1
-        ORDER BY k1""").to_arrow_reader(batch_size=1_000_000)
+        ORDER BY k1""").to_arrow_reader(batch_size=key_index.BATCH_ROWS)
     return key_index.write_run(folder, rows)

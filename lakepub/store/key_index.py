@@ -27,8 +27,9 @@ looked up by the DuckDB join, as before the index (cost grows with history). A r
 be read (deleted by hand) makes ``publish/lookup.py`` fall back to the join and stop indexing
 until ``lakepub compact`` writes a complete index again.
 
-Memory: mapped pages are the kernel's page cache (reclaimable), not the process's heap; a merge
-streams by key range, ``_MERGE_CHUNK`` rows at a time.
+Memory: a lookup maps the runs (file pages of the kernel's page cache, counted in the process's
+RSS only while mapped, ~8 bytes per ledger row for a large batch); a merge reads its runs batch by
+batch and writes ``BATCH_ROWS`` rows at a time, so its memory does not grow with history.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ PAYLOAD = ["version", "day", "cents", "deleted", "floor"]  # what a lookup retur
 
 FANOUT = 4  # runs merged together once within this size factor of each other
 MAX_RUNS = 16  # beyond this (runs of very uneven sizes), the cheapest FANOUT neighbours are merged
-_MERGE_CHUNK = 1 << 18  # rows per record batch of a merged run (a merge holds ~2 x 12 MB of them at once)
+BATCH_ROWS = 1 << 18  # rows per record batch of merged and compacted runs (~12 MB): what a merge holds
 
 
 @dataclass(frozen=True)
@@ -190,28 +191,44 @@ class KeyIndex:
             elif len(group) == 1:
                 out.append(group[0])
             else:
-                out.append(self.merge([new_rows.to_batches() if run is None else self.batches(run) for run in group]))
+                sources = [new_rows.to_batches() if run is None else self._read(run) for run in group]
+                out.append(self.merge(sources, sum(new_rows.num_rows if r is None else r.rows for r in group)))
         return out
 
-    def merge(self, sources: Sequence[Sequence[pa.RecordBatch]]) -> Run:
-        """One run with the rows of ``sources`` (each k1-sorted), written key range by key range."""
-        batches = [b for source in sources for b in source if b.num_rows]
-        total = sum(b.num_rows for b in batches)
-        chunks = max(1, -(-total // _MERGE_CHUNK))
+    def _read(self, run: Run) -> Iterator[pa.RecordBatch]:
+        """A run's record batches read one at a time (not mapped: a merge's memory stays bounded
+        by its batches, not by the size of the runs it merges)."""
+        with pa.OSFile(str(self.folder / run.name)) as source:
+            reader = pa.ipc.open_file(source)
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+
+    def merge(self, sources: Sequence[Iterable[pa.RecordBatch]], rows: int) -> Run:
+        """One run with the ``rows`` rows of ``sources`` (each k1-sorted across its batches),
+        written key range by key range."""
+        chunks = max(1, -(-rows // BATCH_ROWS))
         # k1 is a uniform 64-bit hash (lakepub.keys): equal slices of its range hold ~equal rows.
-        bounds = [-(1 << 63) + (i << 64) // chunks for i in range(chunks)] + [None]
-        return write_run(self.folder, _merged(batches, bounds))
+        bounds = [-(1 << 63) + (i << 64) // chunks for i in range(1, chunks)] + [None]
+        return write_run(self.folder, _merged([iter(s) for s in sources], bounds))
 
 
-def _merged(batches: list[pa.RecordBatch], bounds: list[int | None]) -> Iterator[pa.Table]:
-    keys = [_np(b.column("k1")) for b in batches]
-    for lo_key, hi_key in zip(bounds[:-1], bounds[1:]):
+def _merged(sources: list[Iterator[pa.RecordBatch]], bounds: list[int | None]) -> Iterator[pa.Table]:
+    """The rows of k1-sorted sources, one sorted table per key range ``[previous bound, bound)``.
+    Each source is read forward once; only the batches overlapping one range are held."""
+    current = [next(source, None) for source in sources]
+    start = [0] * len(sources)
+    for bound in bounds:
         parts = []
-        for batch, k in zip(batches, keys):
-            lo = int(np.searchsorted(k, lo_key, "left"))
-            hi = len(k) if hi_key is None else int(np.searchsorted(k, hi_key, "left"))
-            if hi > lo:
-                parts.append(pa.Table.from_batches([batch.slice(lo, hi - lo)]))
+        for s, source in enumerate(sources):
+            while (batch := current[s]) is not None:
+                k1 = _np(batch.column("k1"))
+                end = len(k1) if bound is None else int(np.searchsorted(k1, bound, "left"))
+                if end > start[s]:
+                    parts.append(pa.Table.from_batches([batch.slice(start[s], end - start[s])]))
+                if end < len(k1):  # the rest of this batch belongs to later ranges
+                    start[s] = end
+                    break
+                current[s], start[s] = next(source, None), 0
         if parts:
             chunk = pa.concat_tables(parts).combine_chunks()  # take() on one chunk: no per-row chunk lookup
             # stable sort is timsort: it merges the already sorted slices in ~linear time
