@@ -45,3 +45,23 @@ def test_published_snapshot_lists_one_manifest_with_existing_deleted_and_added_e
     expected = sum(range(1, 13)) - 3 + 30
     assert ws.query("SELECT sum(cents) FROM orders_daily").column(0)[0].as_py() == expected
     assert ws.query("SELECT count(*) FROM orders_daily WHERE month(day) = 3").column(0)[0].as_py() == 0
+
+
+def test_manifest_entries_remembered_by_the_writer_equal_the_committed_manifest(ws: Workspace):
+    """A publish starts from the live entries of the manifest this process wrote last
+    (store/write.py) instead of decoding it: they must be exactly what a reader decodes."""
+    from lakepub.store import write
+
+    generate_stream(ws.config.landing_dir("orders"), events=2000, partitions=2, days=90, seed=4)
+    ws.run("orders_daily", max_batch=400)
+    table = ws.catalog.load_table(("lakepub", "orders_daily"))
+    (manifest,) = table.current_snapshot().manifests(table.io)
+    remembered = write._WRITTEN[manifest.manifest_path]
+
+    def fields(e):
+        return (e.status, e.snapshot_id, e.sequence_number, e.file_sequence_number, e.data_file.file_path,
+                e.data_file.record_count, e.data_file.file_size_in_bytes, tuple(e.data_file.partition))
+
+    assert sorted(map(fields, remembered)) == sorted(map(fields, manifest.fetch_manifest_entry(table.io,
+                                                                                               discard_deleted=True)))
+    assert any(e.status.name == "ADDED" for e in remembered) and any(e.status.name == "EXISTING" for e in remembered)

@@ -20,6 +20,7 @@ The data files are written by ``store.files.FileWriter``; transactions are ``Mem
 from __future__ import annotations
 
 import pyarrow as pa
+from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile
 from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.table.metadata import TableMetadata
@@ -113,7 +114,7 @@ class _CompactingOverwrite(_OverwriteFiles):
             if manifest.content != ManifestContent.DATA:  # lakepub never writes delete files
                 raise LakepubError(f"the published table has delete files ({manifest.manifest_path}) written by "
                                    "another engine; lakepub rewrites partitions and cannot carry them over")
-            for entry in manifest.fetch_manifest_entry(io=self._io, discard_deleted=True):
+            for entry in _live_entries(manifest, self._io):
                 deleted = entry.data_file in self._deleted_data_files
                 if deleted:
                     found.add(entry.data_file.file_path)
@@ -134,9 +135,43 @@ class _CompactingOverwrite(_OverwriteFiles):
                 sequence_number=None, file_sequence_number=None, data_file=data_file,
             ))
         out = []
+        sequence_number = self._transaction.table_metadata.next_sequence_number()  # the new snapshot's
         for spec, entries in sorted(by_spec.items()):
             with self.new_manifest_writer(self.spec(spec)) as writer:
                 for entry in entries:
                     writer.add_entry(entry)
-            out.append(writer.to_manifest_file())
+            manifest = writer.to_manifest_file()
+            _remember(manifest.manifest_path, [_as_read_back(e, sequence_number) for e in entries
+                                               if e.status != ManifestEntryStatus.DELETED])
+            out.append(manifest)
         return out
+
+
+# Live entries of the manifests this process wrote last, as a reader of the committed manifest
+# would get them (``fetch_manifest_entry(discard_deleted=True)``): the next publish, whose parent
+# snapshot lists that manifest, starts from them instead of decoding it again (~5 ms of Python
+# Avro per publish). Manifests are immutable, so an entry keyed by its path never goes stale; one
+# written by a commit that failed is never asked for. tests/test_readers.py compares both.
+_WRITTEN: dict[str, list[ManifestEntry]] = {}
+_WRITTEN_MAX = 8
+
+
+def _remember(path: str, entries: list[ManifestEntry]) -> None:
+    _WRITTEN[path] = entries
+    while len(_WRITTEN) > _WRITTEN_MAX:
+        del _WRITTEN[next(iter(_WRITTEN))]
+
+
+def _live_entries(manifest: ManifestFile, io: FileIO) -> list[ManifestEntry]:
+    found = _WRITTEN.get(manifest.manifest_path)
+    return found if found is not None else manifest.fetch_manifest_entry(io=io, discard_deleted=True)
+
+
+def _as_read_back(entry: ManifestEntry, sequence_number: int) -> ManifestEntry:
+    """An entry as read from the committed manifest: added entries inherit the snapshot's
+    sequence numbers (the manifest list assigns them)."""
+    if entry.status != ManifestEntryStatus.ADDED:
+        return entry
+    return ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=entry.snapshot_id,
+                                   sequence_number=sequence_number, file_sequence_number=sequence_number,
+                                   data_file=entry.data_file)
