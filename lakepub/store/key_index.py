@@ -28,8 +28,9 @@ be read (deleted by hand) makes ``publish/lookup.py`` fall back to the join and 
 until ``lakepub compact`` writes a complete index again.
 
 Memory: a lookup maps the runs (file pages of the kernel's page cache, counted in the process's
-RSS only while mapped, ~8 bytes per ledger row for a large batch); a merge reads its runs batch by
-batch and writes ``BATCH_ROWS`` rows at a time, so its memory does not grow with history.
+RSS only while mapped, ~8 bytes per ledger row for a large batch); a merge maps its runs anew for
+each key range of ``BATCH_ROWS`` rows and copies out only that range, so its memory does not grow
+with the size of the runs it merges.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ import json
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from functools import partial
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -54,7 +56,7 @@ PAYLOAD = ["version", "day", "cents", "deleted", "floor"]  # what a lookup retur
 
 FANOUT = 4  # runs merged together once within this size factor of each other
 MAX_RUNS = 16  # beyond this (runs of very uneven sizes), the cheapest FANOUT neighbours are merged
-BATCH_ROWS = 1 << 18  # rows per record batch of merged and compacted runs (~12 MB): what a merge holds
+BATCH_ROWS = 1 << 16  # rows per record batch of merged and compacted runs (~3 MB): what a merge holds
 
 
 @dataclass(frozen=True)
@@ -191,46 +193,38 @@ class KeyIndex:
             elif len(group) == 1:
                 out.append(group[0])
             else:
-                sources = [new_rows.to_batches() if run is None else self._read(run) for run in group]
+                sources = [(lambda: new_rows.to_batches()) if run is None else partial(self.batches, run)
+                           for run in group]
                 out.append(self.merge(sources, sum(new_rows.num_rows if r is None else r.rows for r in group)))
         return out
 
-    def _read(self, run: Run) -> Iterator[pa.RecordBatch]:
-        """A run's record batches read one at a time (not mapped: a merge's memory stays bounded
-        by its batches, not by the size of the runs it merges)."""
-        with pa.OSFile(str(self.folder / run.name)) as source:
-            reader = pa.ipc.open_file(source)
-            for i in range(reader.num_record_batches):
-                yield reader.get_batch(i)
-
-    def merge(self, sources: Sequence[Iterable[pa.RecordBatch]], rows: int) -> Run:
-        """One run with the ``rows`` rows of ``sources`` (each k1-sorted across its batches),
-        written key range by key range."""
+    def merge(self, sources: Sequence[Callable[[], list[pa.RecordBatch]]], rows: int) -> Run:
+        """One run with the ``rows`` rows of ``sources`` (each returns its k1-sorted batches;
+        runs are mapped anew for every key range), written key range by key range."""
         chunks = max(1, -(-rows // BATCH_ROWS))
         # k1 is a uniform 64-bit hash (lakepub.keys): equal slices of its range hold ~equal rows.
-        bounds = [-(1 << 63) + (i << 64) // chunks for i in range(1, chunks)] + [None]
-        return write_run(self.folder, _merged([iter(s) for s in sources], bounds))
+        bounds = [-(1 << 63) + (i << 64) // chunks for i in range(chunks)] + [None]
+        return write_run(self.folder, _merged(sources, bounds))
 
 
-def _merged(sources: list[Iterator[pa.RecordBatch]], bounds: list[int | None]) -> Iterator[pa.Table]:
-    """The rows of k1-sorted sources, one sorted table per key range ``[previous bound, bound)``.
-    Each source is read forward once; only the batches overlapping one range are held."""
-    current = [next(source, None) for source in sources]
-    start = [0] * len(sources)
-    for bound in bounds:
+def _merged(sources: Sequence[Callable[[], list[pa.RecordBatch]]], bounds: list[int | None]
+            ) -> Iterator[pa.Table]:
+    """The rows of k1-sorted sources, one sorted table per key range ``[bound, next bound)``.
+
+    Each range maps its sources afresh and copies out only its slices, so the memory (resident
+    mapped pages included) is ~3 key ranges' rows whatever the size of the runs merged."""
+    for lo_key, hi_key in zip(bounds[:-1], bounds[1:]):
         parts = []
-        for s, source in enumerate(sources):
-            while (batch := current[s]) is not None:
+        for source in sources:
+            for batch in source():
                 k1 = _np(batch.column("k1"))
-                end = len(k1) if bound is None else int(np.searchsorted(k1, bound, "left"))
-                if end > start[s]:
-                    parts.append(pa.Table.from_batches([batch.slice(start[s], end - start[s])]))
-                if end < len(k1):  # the rest of this batch belongs to later ranges
-                    start[s] = end
-                    break
-                current[s], start[s] = next(source, None), 0
+                lo = int(np.searchsorted(k1, lo_key, "left"))
+                hi = len(k1) if hi_key is None else int(np.searchsorted(k1, hi_key, "left"))
+                if hi > lo:
+                    parts.append(pa.Table.from_batches([batch.slice(lo, hi - lo)]))
         if parts:
-            chunk = pa.concat_tables(parts).combine_chunks()  # take() on one chunk: no per-row chunk lookup
+            chunk = pa.concat_tables(parts).combine_chunks()  # copied out: the mappings can go
+            del parts
             # stable sort is timsort: it merges the already sorted slices in ~linear time
             yield chunk.take(pa.array(np.argsort(_np(chunk.column("k1")), kind="stable")))
 
