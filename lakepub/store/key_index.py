@@ -39,7 +39,6 @@ import json
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from functools import partial
 from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -56,7 +55,7 @@ PAYLOAD = ["version", "day", "cents", "deleted", "floor"]  # what a lookup retur
 
 FANOUT = 4  # runs merged together once within this size factor of each other
 MAX_RUNS = 16  # beyond this (runs of very uneven sizes), the cheapest FANOUT neighbours are merged
-BATCH_ROWS = 1 << 16  # rows per record batch of merged and compacted runs (~3 MB): what a merge holds
+BATCH_ROWS = 1 << 17  # rows per record batch of merged and compacted runs (~6 MB): what a merge holds
 
 
 @dataclass(frozen=True)
@@ -193,30 +192,61 @@ class KeyIndex:
             elif len(group) == 1:
                 out.append(group[0])
             else:
-                sources = [(lambda: new_rows.to_batches()) if run is None else partial(self.batches, run)
+                sources = [_Source.of_table(new_rows) if run is None else _Source.of_file(self.folder / run.name)
                            for run in group]
                 out.append(self.merge(sources, sum(new_rows.num_rows if r is None else r.rows for r in group)))
         return out
 
-    def merge(self, sources: Sequence[Callable[[], list[pa.RecordBatch]]], rows: int) -> Run:
-        """One run with the ``rows`` rows of ``sources`` (each returns its k1-sorted batches;
-        runs are mapped anew for every key range), written key range by key range."""
+    def merge(self, sources: Sequence["_Source"], rows: int) -> Run:
+        """One run with the ``rows`` rows of ``sources``, written key range by key range."""
         chunks = max(1, -(-rows // BATCH_ROWS))
         # k1 is a uniform 64-bit hash (lakepub.keys): equal slices of its range hold ~equal rows.
         bounds = [-(1 << 63) + (i << 64) // chunks for i in range(chunks)] + [None]
         return write_run(self.folder, _merged(sources, bounds))
 
 
-def _merged(sources: Sequence[Callable[[], list[pa.RecordBatch]]], bounds: list[int | None]
-            ) -> Iterator[pa.Table]:
-    """The rows of k1-sorted sources, one sorted table per key range ``[bound, next bound)``.
+@dataclass(frozen=True)
+class _Source:
+    """Rows to merge: k1-sorted record batches, from a run file or in memory, with each batch's
+    first and last k1 (so that a key range only touches the batches overlapping it)."""
 
-    Each range maps its sources afresh and copies out only its slices, so the memory (resident
-    mapped pages included) is ~3 key ranges' rows whatever the size of the runs merged."""
+    open: Callable[[], Callable[[int], pa.RecordBatch]]  # -> get_batch(i); a run is mapped anew each time
+    ranges: list[tuple[int, int]]
+
+    @classmethod
+    def of_file(cls, path: Path) -> "_Source":
+        def open_() -> Callable[[int], pa.RecordBatch]:
+            return pa.ipc.open_file(pa.memory_map(str(path))).get_batch
+
+        reader = pa.ipc.open_file(pa.memory_map(str(path)))
+        return cls(open_, [_key_range(reader.get_batch(i)) for i in range(reader.num_record_batches)])
+
+    @classmethod
+    def of_table(cls, table: pa.Table) -> "_Source":
+        batches = [b for b in table.to_batches() if b.num_rows]
+        return cls(lambda: batches.__getitem__, [_key_range(b) for b in batches])
+
+
+def _key_range(batch: pa.RecordBatch) -> tuple[int, int]:
+    k1 = _np(batch.column("k1"))
+    return int(k1[0]), int(k1[-1])
+
+
+def _merged(sources: Sequence[_Source], bounds: list[int | None]) -> Iterator[pa.Table]:
+    """The rows of the sources, one k1-sorted table per key range ``[bound, next bound)``.
+
+    Each range maps its runs afresh and copies out only its slices of the batches overlapping
+    it, so the memory (resident mapped pages included) is ~3 key ranges' rows whatever the size
+    of the runs merged, and the work is linear in the rows."""
     for lo_key, hi_key in zip(bounds[:-1], bounds[1:]):
         parts = []
         for source in sources:
-            for batch in source():
+            get = None
+            for i, (first, last) in enumerate(source.ranges):
+                if last < lo_key or (hi_key is not None and first >= hi_key):
+                    continue
+                get = get or source.open()
+                batch = get(i)
                 k1 = _np(batch.column("k1"))
                 lo = int(np.searchsorted(k1, lo_key, "left"))
                 hi = len(k1) if hi_key is None else int(np.searchsorted(k1, hi_key, "left"))
@@ -224,7 +254,7 @@ def _merged(sources: Sequence[Callable[[], list[pa.RecordBatch]]], bounds: list[
                     parts.append(pa.Table.from_batches([batch.slice(lo, hi - lo)]))
         if parts:
             chunk = pa.concat_tables(parts).combine_chunks()  # copied out: the mappings can go
-            del parts
+            del parts, get, batch, k1  # unmap
             # stable sort is timsort: it merges the already sorted slices in ~linear time
             yield chunk.take(pa.array(np.argsort(_np(chunk.column("k1")), kind="stable")))
 
