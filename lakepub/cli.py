@@ -179,7 +179,7 @@ def log(ctx: click.Context, dataset: str, limit: int | None, fmt: str) -> None:
 
 @main.command()
 @click.argument("dataset")
-@click.option("--deep", is_flag=True, help="Also recompute the whole table from the ledger.")
+@click.option("--deep", is_flag=True, help="Also recompute the whole table from the ledger, and check the ledger's key index holds exactly its rows.")
 @format_option
 @click.pass_context
 @handle_errors
@@ -207,7 +207,8 @@ def compact(ctx: click.Context, dataset: str, dry_run: bool, fmt: str) -> None:
     """Compact DATASET's ledger: one row per order with a durable version floor, in few files.
 
     Versions at or below an order's floor stay rejected after compaction, so replaying old events
-    changes nothing and tombstones keep holding."""
+    changes nothing and tombstones keep holding. It also writes a complete key index of the
+    compacted ledger (local warehouses, key_index: true), replacing a missing or partial one."""
     from lakepub.maintenance.compact import compact_ledger
 
     result = compact_ledger(_ws(ctx), dataset, dry_run=dry_run)

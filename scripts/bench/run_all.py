@@ -240,7 +240,7 @@ def markdown(reports: list[dict]) -> str:
             out += [f"{i}. `{row['function']}` {row['own_s']:.2f} s own, {row['cum_s']:.2f} s cumulative, "
                     f"{row['calls']:,} calls" for i, row in enumerate(top, 1)]
             out.append("")
-    out += ["Reproduce: `.venv/bin/python scripts/bench/run_all.py --markdown bench.md` (full, ~7 min) or any "
+    out += ["Reproduce: `.venv/bin/python scripts/bench/run_all.py --markdown bench.md` (full, ~10 min) or any "
             "single `scripts/bench/<name>.py [--quick] [--json PATH]`.", ""]
     return "\n".join(out)
 
