@@ -208,7 +208,7 @@ def compact(ctx: click.Context, dataset: str, dry_run: bool, fmt: str) -> None:
 
     Versions at or below an order's floor stay rejected after compaction, so replaying old events
     changes nothing and tombstones keep holding. It also writes a complete key index of the
-    compacted ledger (local warehouses, key_index: true), replacing a missing or partial one."""
+    compacted ledger (local warehouses, key_index: true), so a ledger that had none is indexed again."""
     from lakepub.maintenance.compact import compact_ledger
 
     result = compact_ledger(_ws(ctx), dataset, dry_run=dry_run)
