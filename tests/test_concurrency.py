@@ -23,6 +23,7 @@ from lakepub.store.layout import LEDGER_ARROW, SUMMARY_ARROW
 from lakepub.generate import oracle_summary
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically
 from lakepub.store.record import latest_record
+from lakepub.store import key_index
 from lakepub.workspace import Workspace
 
 DAYS = ["2025-01-30", "2025-01-31", "2025-02-01", "2025-02-02", "2025-03-03"]
@@ -80,6 +81,10 @@ def test_four_processes_of_different_sources_count_every_event_once(backend_ws: 
     record = latest_record(ws.catalog.load_table(("lakepub", "orders_daily")))
     assert record.positions == {f"s{w}": {"p0": batches * size} for w in range(writers)}
     assert record.totals.events == writers * batches * size  # every event counted exactly once
+    assert ws.verify("orders_daily", deep=True).ok  # incl. the key index after rebased commits
+    if backend_ws.config.key_index:  # every published ledger snapshot kept a complete index
+        ledger = ws.catalog.load_table(("lakepub", "orders_daily__ledger"))
+        assert key_index.runs_of(ledger.snapshot_by_id(record.ledger_snapshot)) is not None
 
 
 def test_racing_on_the_same_position_has_one_winner(backend_ws: Workspace, tmp_path: Path):
@@ -211,4 +216,4 @@ def test_two_handles_in_one_process_each_rewrite_from_the_others_commits(ws_path
     for handle in (first, second):
         rows = handle.query("SELECT day, cents, orders FROM orders_daily ORDER BY day").to_pylist()
         assert {r["day"]: (r["cents"], r["orders"]) for r in rows} == expected
-    assert Workspace.open(ws_path).verify("orders_daily").ok
+    assert Workspace.open(ws_path).verify("orders_daily", deep=True).ok
