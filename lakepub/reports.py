@@ -203,12 +203,12 @@ def _index_check(con, ledger, snapshot_id: int) -> list[str]:
                 f"ledger instead until `lakepub compact` writes a complete index"]
     con.register("lp_index", pa.Table.from_batches(batches, schema=key_index.INDEX_SCHEMA))
     try:
-        cols = ", ".join(key_index.INDEX_SCHEMA.names)
-        scan = duck.scan_sql(ledger.metadata_location, snapshot_id)
+        common = "k1, version, day, cents, deleted"
+        index = f"SELECT {common}, k2::BIGINT & 4294967295, CASE WHEN compacted THEN version END FROM lp_index"
+        rows = f"SELECT {common}, k2 & 4294967295, floor FROM {duck.scan_sql(ledger.metadata_location, snapshot_id)}"
         extra, missing = con.execute(f"""
-            SELECT (SELECT count(*) FROM (SELECT {cols} FROM lp_index EXCEPT ALL SELECT {cols} FROM {scan})),
-                   (SELECT count(*) FROM (SELECT {cols} FROM {scan} EXCEPT ALL SELECT {cols} FROM lp_index))
-            """).fetchone()
+            SELECT (SELECT count(*) FROM ({index} EXCEPT ALL {rows})),
+                   (SELECT count(*) FROM ({rows} EXCEPT ALL {index}))""").fetchone()
     finally:
         con.unregister("lp_index")
     if extra or missing:

@@ -16,7 +16,7 @@ from lakepub.generate import generate_stream
 from lakepub.init import init_workspace
 from lakepub.keys import order_keys
 from lakepub.store import key_index
-from lakepub.store.key_index import INDEX_SCHEMA, KeyIndex
+from lakepub.store.key_index import KeyIndex
 from lakepub.store.layout import load_tables
 from lakepub.workspace import Workspace
 
@@ -37,8 +37,8 @@ def _ledger_rows(rng: np.random.Generator, first: int, n: int) -> pa.Table:
                         mask=deleted).cast(pa.date32()),
         "cents": pa.array(rng.integers(0, 10_000, n), mask=deleted),
         "deleted": deleted,
-        "floor": pa.array(version, mask=rng.random(n) < 0.8),
-    }, schema=INDEX_SCHEMA)
+        "floor": pa.array(version, mask=rng.random(n) < 0.8),  # compaction's floor is the version
+    })
 
 
 def _versions(orders: np.ndarray) -> np.ndarray:

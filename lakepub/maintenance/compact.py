@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 
 import duckdb
+import pyarrow as pa
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.table import Table
 
@@ -108,4 +109,4 @@ def _write_index(con: duckdb.DuckDBPyConnection, ledger: Table, scan: str) -> ke
         SELECT k1, k2, version, day, cents, deleted, version AS floor FROM {scan}
         QUALIFY row_number() OVER (PARTITION BY order_id ORDER BY version DESC) = 1
         ORDER BY k1""").to_arrow_reader(batch_size=key_index.BATCH_ROWS)
-    return key_index.write_run(folder, rows)
+    return key_index.write_run(folder, (key_index.as_index_rows(pa.Table.from_batches([b])) for b in rows))

@@ -50,7 +50,7 @@ class LedgerLookup:
     def rows(self, ledger: Table, snapshot_id: int | None, side: BatchSide) -> Found:
         """The ledger rows (at ``snapshot_id``) of the batch's orders."""
         if snapshot_id is None or len(side.orders) == 0:
-            return key_index.INDEX_SCHEMA.empty_table().select(key_index.PAYLOAD), np.zeros(0, dtype=np.int64)
+            return key_index.empty_payload(), np.zeros(0, dtype=np.int64)
         runs = self.runs(ledger, snapshot_id)
         if runs is not None and self.index is not None:
             try:

@@ -5,7 +5,7 @@ reads every row's keys and payload: ~20 ns per row, so the lookup grew with hist
 10M rows, over half of a 100k-event publish). The index is a small LSM tree of *runs*:
 
 * a run is an uncompressed Arrow IPC file holding ledger rows (order keys, version, payload,
-  floor) sorted by ``k1``; it is memory-mapped, so a lookup binary-searches the keys in place
+  floor; ~33 bytes a row, ``INDEX_SCHEMA``) sorted by ``k1``; it is memory-mapped, so a lookup binary-searches the keys in place
   and touches only the pages on its search paths and the rows it finds, not the whole ledger;
 * every ledger snapshot written by a publish lists the runs that hold exactly its rows in its
   summary (``lakepub.key-index``: JSON ``[[file name, rows], ...]``, oldest first). A publish
@@ -43,15 +43,21 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.table.snapshots import Snapshot
 
 INDEX_PROPERTY = "lakepub.key-index"
 INDEX_FOLDER = "index"
+# A row is ~33 bytes: k2 keeps the low 32 bits of the ledger's k2 (with k1 a 96-bit check: the
+# lookup does not compare order ids), and ``floor`` is a flag, as compaction is the only writer
+# of a floor and sets it to the row's version.
 INDEX_SCHEMA = pa.schema([
-    ("k1", pa.int64()), ("k2", pa.int64()), ("version", pa.int64()), ("day", pa.date32()),
-    ("cents", pa.int64()), ("deleted", pa.bool_()), ("floor", pa.int64()),
+    ("k1", pa.int64()), ("k2", pa.int32()), ("version", pa.int64()), ("day", pa.date32()),
+    ("cents", pa.int64()), ("deleted", pa.bool_()), ("compacted", pa.bool_()),
 ])
 PAYLOAD = ["version", "day", "cents", "deleted", "floor"]  # what a lookup returns per row found
+_PAYLOAD_SCHEMA = pa.schema([("version", pa.int64()), ("day", pa.date32()), ("cents", pa.int64()),
+                             ("deleted", pa.bool_()), ("floor", pa.int64())])
 
 FANOUT = 4  # runs merged together once within this size factor of each other
 MAX_RUNS = 16  # beyond this (runs of very uneven sizes), the cheapest FANOUT neighbours are merged
@@ -99,12 +105,26 @@ def referenced_paths(table_location: str, snapshot: Snapshot) -> list[str]:
 # --- writing --------------------------------------------------------------------------------
 
 
+def as_index_rows(rows: pa.Table) -> pa.Table:
+    """Ledger rows (k1, k2, version, day, cents, deleted; floor optional, null or the version)
+    in the index's schema, in their order."""
+    k2 = np.asarray(rows.column("k2").to_numpy(), dtype=np.int64).astype(np.int32)  # the low 32 bits
+    compacted = (pc.is_valid(rows.column("floor")) if "floor" in rows.column_names
+                 else pa.array(np.zeros(rows.num_rows, dtype=bool)))
+    columns = {**{n: rows.column(n) for n in ("k1", "version", "day", "cents", "deleted")},
+               "k2": pa.array(k2), "compacted": compacted}
+    return pa.table([columns[n] for n in INDEX_SCHEMA.names], schema=INDEX_SCHEMA)
+
+
 def index_rows(rows: pa.Table) -> pa.Table:
-    """Ledger rows (with k1, k2; floor optional) as index rows sorted by k1."""
-    floor = rows.column("floor") if "floor" in rows.column_names else pa.nulls(rows.num_rows, pa.int64())
-    table = pa.table([rows.column(n) if n != "floor" else floor for n in INDEX_SCHEMA.names], schema=INDEX_SCHEMA)
-    order = np.argsort(_np(table.column("k1")))
-    return table.take(pa.array(order))
+    """Ledger rows (``as_index_rows``) as index rows sorted by k1."""
+    table = as_index_rows(rows)
+    return table.take(pa.array(np.argsort(_np(table.column("k1")))))
+
+
+def low_k2(k2: np.ndarray) -> np.ndarray:
+    """The part of a ledger k2 the index keeps."""
+    return np.asarray(k2, dtype=np.int64).astype(np.int32)
 
 
 def write_run(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table]) -> Run:
@@ -170,17 +190,17 @@ class KeyIndex:
     def lookup(self, runs: Sequence[Run], k1: np.ndarray, k2: np.ndarray) -> tuple[pa.Table, np.ndarray]:
         """The index rows (``PAYLOAD`` columns) of the keys ``(k1[i], k2[i])`` and, per row, its ``i``."""
         order = np.argsort(k1)
-        q1, q2 = k1[order], k2[order]
+        q1, q2 = k1[order], low_k2(k2)[order]
         found: list[pa.Table] = []
         positions: list[np.ndarray] = []
         for run in runs:
             for batch in self.batches(run):
                 rows, at = _search(batch, q1, q2)
                 if rows.size:
-                    found.append(pa.Table.from_batches([batch.select(PAYLOAD)]).take(pa.array(rows)))
+                    found.append(_payload(batch, rows))
                     positions.append(order[at])
         if not found:
-            return INDEX_SCHEMA.empty_table().select(PAYLOAD), np.zeros(0, dtype=np.int64)
+            return empty_payload(), np.zeros(0, dtype=np.int64)
         return pa.concat_tables(found), np.concatenate(positions)
 
     def append(self, runs: Sequence[Run], new_rows: pa.Table) -> list[Run]:
@@ -275,8 +295,20 @@ def _search(batch: pa.RecordBatch, q1: np.ndarray, q2: np.ndarray) -> tuple[np.n
     count = hi - lo[hit]
     rows = np.repeat(lo[hit], count) + (np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count))
     at = np.repeat(hit + first, count)
-    same = _np(batch.column("k2"))[rows] == q2[at]
+    same = batch.column("k2").to_numpy()[rows] == q2[at]
     return rows[same], at[same]
+
+
+def _payload(batch: pa.RecordBatch, rows: np.ndarray) -> pa.Table:
+    """The ``PAYLOAD`` columns of some rows of an index batch (floor from the compacted flag)."""
+    taken = pa.Table.from_batches([batch.select(["version", "day", "cents", "deleted", "compacted"])]).take(
+        pa.array(rows))
+    floor = pc.if_else(taken.column("compacted"), taken.column("version"), pa.scalar(None, pa.int64()))
+    return taken.drop_columns(["compacted"]).append_column("floor", floor)
+
+
+def empty_payload() -> pa.Table:
+    return _PAYLOAD_SCHEMA.empty_table()
 
 
 def _np(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
