@@ -30,6 +30,10 @@ from lakepub.store.write import transaction
 from lakepub.workspace import Workspace
 
 
+# The compacted ledger: each order's highest version (tombstones included).
+_LATEST = "QUALIFY row_number() OVER (PARTITION BY order_id ORDER BY version DESC) = 1"
+
+
 @dataclass(frozen=True)
 class CompactionResult:
     dataset: str
@@ -68,7 +72,7 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
         index = _write_index(con, ledger, scan) if ws.config.key_index else None  # first: one result at a time
         reader = con.execute(f"""
             SELECT {', '.join('version AS floor' if name == 'floor' else name for name in schema.names)} FROM {scan}
-            QUALIFY row_number() OVER (PARTITION BY order_id ORDER BY version DESC) = 1
+            {_LATEST}
             ORDER BY order_id""").to_arrow_reader(batch_size=1_000_000)
         props = {"lakepub.compaction": f"{rows_before}->{rows_after}"}
         ledger_tx = transaction(ledger)
@@ -107,6 +111,6 @@ def _write_index(con: duckdb.DuckDBPyConnection, ledger: Table, scan: str) -> ke
         return None
     rows = con.execute(f"""
         SELECT k1, k2, version, day, cents, deleted, version AS floor FROM {scan}
-        QUALIFY row_number() OVER (PARTITION BY order_id ORDER BY version DESC) = 1
+        {_LATEST}
         ORDER BY k1""").to_arrow_reader(batch_size=key_index.BATCH_ROWS)
     return key_index.write_run(folder, (key_index.as_index_rows(pa.Table.from_batches([b])) for b in rows))

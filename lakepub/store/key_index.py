@@ -5,8 +5,9 @@ reads every row's keys and payload: ~20 ns per row, so the lookup grew with hist
 10M rows, over half of a 100k-event publish). The index is a small LSM tree of *runs*:
 
 * a run is an uncompressed Arrow IPC file holding ledger rows (order keys, version, payload,
-  floor; ~33 bytes a row, ``INDEX_SCHEMA``) sorted by ``k1``; it is memory-mapped, so a lookup binary-searches the keys in place
-  and touches only the pages on its search paths and the rows it finds, not the whole ledger;
+  floor; ~33 bytes a row, ``INDEX_SCHEMA``) sorted by ``k1``; it is memory-mapped, so a lookup
+  binary-searches the keys in place and touches only the pages on its search paths and the rows
+  it finds, not the whole ledger;
 * every ledger snapshot written by a publish lists the runs that hold exactly its rows in its
   summary (``lakepub.key-index``: JSON ``[[file name, rows], ...]``, oldest first). A publish
   adds one run with its new ledger rows; the newest ``FANOUT`` runs are merged once their sizes
@@ -108,7 +109,7 @@ def referenced_paths(table_location: str, snapshot: Snapshot) -> list[str]:
 def as_index_rows(rows: pa.Table) -> pa.Table:
     """Ledger rows (k1, k2, version, day, cents, deleted; floor optional, null or the version)
     in the index's schema, in their order."""
-    k2 = np.asarray(rows.column("k2").to_numpy(), dtype=np.int64).astype(np.int32)  # the low 32 bits
+    k2 = low_k2(rows.column("k2").to_numpy())
     compacted = (pc.is_valid(rows.column("floor")) if "floor" in rows.column_names
                  else pa.array(np.zeros(rows.num_rows, dtype=bool)))
     columns = {**{n: rows.column(n) for n in ("k1", "version", "day", "cents", "deleted")},
@@ -184,7 +185,7 @@ class KeyIndex:
 
     def batches(self, run: Run) -> list[pa.RecordBatch]:
         """The record batches of a run, memory-mapped (released with the last reference)."""
-        reader = pa.ipc.open_file(pa.memory_map(str(self.folder / run.name)))
+        reader = _map(self.folder / run.name)
         return [reader.get_batch(i) for i in range(reader.num_record_batches)]
 
     def lookup(self, runs: Sequence[Run], k1: np.ndarray, k2: np.ndarray) -> tuple[pa.Table, np.ndarray]:
@@ -235,16 +236,19 @@ class _Source:
 
     @classmethod
     def of_file(cls, path: Path) -> "_Source":
-        def open_() -> Callable[[int], pa.RecordBatch]:
-            return pa.ipc.open_file(pa.memory_map(str(path))).get_batch
-
-        reader = pa.ipc.open_file(pa.memory_map(str(path)))
-        return cls(open_, [_key_range(reader.get_batch(i)) for i in range(reader.num_record_batches)])
+        reader = _map(path)
+        ranges = [_key_range(reader.get_batch(i)) for i in range(reader.num_record_batches)]
+        return cls(lambda: _map(path).get_batch, ranges)
 
     @classmethod
     def of_table(cls, table: pa.Table) -> "_Source":
         batches = [b for b in table.to_batches() if b.num_rows]
         return cls(lambda: batches.__getitem__, [_key_range(b) for b in batches])
+
+
+def _map(path: Path) -> pa.ipc.RecordBatchFileReader:
+    """A run file, memory-mapped (unmapped when the reader and its batches are released)."""
+    return pa.ipc.open_file(pa.memory_map(str(path)))
 
 
 def _key_range(batch: pa.RecordBatch) -> tuple[int, int]:
