@@ -56,6 +56,7 @@ class DatasetSpec:
     contract: Contract
     partition: str = "month"
     description: str = ""
+    path: Path | None = None  # the YAML file that defines it, for errors naming file and key
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ def load_datasets(catalog_dir: Path) -> dict[str, DatasetSpec]:
             contract=contracts[ref],
             partition=partition,
             description=str(raw.get("description", "")),
+            path=path,
         )
     return datasets
 

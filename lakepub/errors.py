@@ -55,6 +55,14 @@ class UnknownDataset(UserError):
     """The dataset is not defined in the workspace catalog."""
 
 
+class DefinitionChanged(ConfigError):
+    """A dataset definition disagrees with the tables already published for it."""
+
+    def __init__(self, path: object, key: str, published: object, new: object, advice: str):
+        self.path, self.key, self.published, self.new = path, key, published, new
+        super().__init__(f"{path}: '{key}' is {new!r} but the published tables have {published!r}; {advice}")
+
+
 # --- blocked by the protocol (exit 3) -------------------------------------------------------
 
 
@@ -83,6 +91,11 @@ class StaleStart(BlockedError):
             f"stale start for source '{source}': batch starts at {_vec(start)} "
             f"but the committed position is {_vec(committed)}; nothing was published" + (f" ({note})" if note else "")
         )
+
+
+class ForeignChange(BlockedError):
+    """The published table's current snapshot was written outside lakepub and changed its data
+    (or its partitioning): building on it would publish data lakepub cannot vouch for."""
 
 
 # --- failed, safe to retry (exit 4) ---------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
 
@@ -10,12 +9,12 @@ import pyarrow as pa
 
 from lakepub import duck, output
 from lakepub.errors import VerifyFailed
-from lakepub.identity import checksum_matches, partition_checksum
 from lakepub.landing import LandingSource
 from lakepub.store import audit, key_index
 from lakepub.store.key_index import KeyIndex
-from lakepub.store.layout import ledger_id, partition_label
-from lakepub.store.record import Counts, latest_record, published_history
+from lakepub.publish.guards import describe, partition_mismatches
+from lakepub.store.layout import grain_of, ledger_id, partition_label
+from lakepub.store.record import Counts, foreign_head, latest_record, published_history, recorded_checksums
 from lakepub.workspace import Workspace
 
 
@@ -45,6 +44,7 @@ class DatasetStatus:
     conflicts: int = 0
     stale_refused: int = 0
     landing: LandingStatus | None = None
+    note: str | None = None  # e.g. the current snapshot was written outside lakepub
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -96,7 +96,8 @@ def status(ws: Workspace, dataset: str, *, landing: str | None = None) -> Datase
     finally:
         con.close()
     days, cents, orders = len(rows), sum(r[1] for r in rows), sum(r[2] for r in rows)
-    partitions = {partition_label(d, spec.partition) for d, _, _ in rows}
+    partitions = {partition_label(d, grain_of(table) or spec.partition) for d, _, _ in rows}
+    foreign = foreign_head(table)
     positions = record.positions if record else {}
     return DatasetStatus(
         dataset=dataset,
@@ -112,6 +113,8 @@ def status(ws: Workspace, dataset: str, *, landing: str | None = None) -> Datase
         cents=int(cents),
         totals=record.totals if record else Counts(),
         landing=_landing(ws, dataset, positions.get(spec.source, {}), landing),
+        note=(f"current {describe(foreign)}; positions and totals are those of lakepub's last publish "
+              "('lakepub verify' checks its data)") if foreign is not None else None,
         **refused,
     )
 
@@ -144,28 +147,23 @@ def verify(ws: Workspace, dataset: str, *, deep: bool = False) -> VerifyReport:
     table = ws._summary_table(dataset)  # noqa: SLF001
     if table is None or table.current_snapshot() is None:
         return VerifyReport(dataset, None, 0, [], deep)
-    recorded: dict[str, str] = {}
-    for _, record in published_history(table):
-        for label, checksum in record.checksums.items():
-            recorded.setdefault(label, checksum)
+    grain = grain_of(table)  # the table's real spec, whatever the definition says now
     con = duck.connect(ws.config.catalog)
     try:
         rows = con.execute(f"SELECT day, cents, orders FROM {duck.scan_sql(table.metadata_location)}").fetchall()
-        by_partition: dict[str, list[tuple[date, int, int]]] = defaultdict(list)
-        for day, cents, orders in rows:
-            by_partition[partition_label(day, spec.partition)].append((day, cents, orders))
-        mismatches = []
-        for label in sorted(set(recorded) | set(by_partition)):
-            actual = partition_checksum(by_partition.get(label, []))
-            if label not in recorded:
-                mismatches.append(f"partition {label}: has data but no recorded checksum")
-            elif not checksum_matches(recorded[label], actual):
-                mismatches.append(f"partition {label}: checksum {actual[:12]} != recorded {recorded[label][:12]}")
+        if grain is None:
+            checked, mismatches = 0, [f"the partition spec of the published table was changed outside lakepub "
+                                      f"({table.metadata.spec()})"]
+        else:
+            checked, mismatches = partition_mismatches(recorded_checksums(table), rows, grain)
+        foreign = foreign_head(table)
+        if foreign is not None and mismatches:
+            mismatches = [f"current {describe(foreign)} and changed the published data: {m}" for m in mismatches]
         if deep:
             mismatches += _deep_check(ws, dataset, con, rows)
     finally:
         con.close()
-    return VerifyReport(dataset, table.current_snapshot().snapshot_id, len(set(recorded) | set(by_partition)), mismatches, deep)
+    return VerifyReport(dataset, table.current_snapshot().snapshot_id, checked, mismatches, deep)
 
 
 def raise_if_failed(report: VerifyReport) -> None:
@@ -270,6 +268,8 @@ def status_text(s: DatasetStatus) -> str:
             f"  events              {t.events} (new versions {t.new_versions}, duplicates {t.duplicates}, "
             f"stale {t.stale}, superseded {t.superseded}, deletes {t.deletes})",
         ]
+    if s.note:
+        lines.append(f"  note                {s.note}")
     lines.append(f"  refused             conflicts {s.conflicts}, stale starts {s.stale_refused}")
     if s.landing is not None:
         lines.append(f"  landing             {s.landing.pending} unprocessed record(s), oldest "

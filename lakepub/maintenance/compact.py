@@ -25,7 +25,9 @@ from lakepub.identity import fingerprint
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_mode, reset_main
 from lakepub.store import key_index
 from lakepub.store.layout import SUMMARY_ARROW, has_order_keys, ledger_arrow, load_tables
-from lakepub.store.record import Counts, latest_record
+from lakepub.publish import published_state
+from lakepub.publish.guards import check_foreign, table_grain
+from lakepub.store.record import Counts, latest_published
 from lakepub.store.write import transaction
 from lakepub.workspace import Workspace
 
@@ -51,14 +53,21 @@ class CompactionResult:
 def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_attempts: int = 5) -> CompactionResult:
     """Compact the ledger at the snapshot the published table names, and commit the compacted
     ledger together with a published snapshot that names it (data unchanged, positions unchanged)."""
-    ws.dataset(dataset)
+    spec = ws.dataset(dataset)
     if commit_mode(ws.catalog, ws.config.commit) != "atomic":
         raise ConfigError("ledger compaction needs the atomic commit of a SQL catalog (SQLite or PostgreSQL)")
     con = duck.connect(ws.config.catalog)
     for attempt in range(1, max_attempts + 1):
         tables = load_tables(ws.catalog, ws.config.namespace, dataset)
-        record = latest_record(tables.summary)
+        latest = latest_published(tables.summary)
+        record = latest[1] if latest else None
         base = record.ledger_snapshot if record else None
+        # Its published snapshot carries the last record's positions: only onto published data.
+        grain = table_grain(spec, tables.summary)
+        if record is not None and latest[0].snapshot_id != tables.summary.metadata.current_snapshot_id:
+            state = published_state.load(tables.summary, grain)
+            check_foreign(tables.summary, latest, ((d, c, o) for rows in state.rows.values()
+                                                   for d, (c, o) in rows.items()), grain)
         if record is None or base is None:
             return CompactionResult(dataset, 0, 0, 0, 0, None, dry_run)
         ledger = tables.ledger

@@ -49,7 +49,8 @@ from lakepub.store.layout import (
 )
 from lakepub.store.files import FileWriter
 from lakepub.store.write import append_files, partition_value, replace_partitions, transaction
-from lakepub.store.record import Counts, PublishRecord, find_batch, latest_record
+from lakepub.store.record import Counts, PublishRecord, find_batch, latest_published
+from lakepub.publish.guards import check_foreign, table_grain
 
 
 # Ledger columns written without a dictionary: unique values, where building one is wasted work
@@ -115,7 +116,10 @@ class Publisher:
         self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
         self.rebases = 0  # commit races lost and retried, for tests and benchmarks
         self.ordered = commit_mode(catalog, mode) == "ordered"
-        ledger = ensure_tables(catalog, namespace, spec.name, spec.partition).ledger
+        tables = ensure_tables(catalog, namespace, spec.name, spec.partition)
+        self.grain = table_grain(spec, tables.summary)  # the table's real spec must be the definition's
+        self._vetted: int | None = None  # a foreign head whose data were found to be the published data
+        ledger = tables.ledger
         self._lookup = LedgerLookup(lambda: self.con, ledger.location(), use_index=key_index)
 
     @property
@@ -154,7 +158,9 @@ class Publisher:
         base_ledger: int | None = None
         for attempt in range(1, self.max_attempts + 1):
             tables = load_tables(self.catalog, self.namespace, self.spec.name)
-            previous = latest_record(tables.summary)
+            latest = latest_published(tables.summary)  # the checkpoint, even under foreign snapshots
+            previous = latest[1] if latest else None
+            self._check_head(tables.summary, latest)
             done = self._check_position(tables.summary, previous, identity, attempt)
             if done is not None:
                 return done
@@ -182,6 +188,18 @@ class Publisher:
             f"gave up after {self.max_attempts} attempts: concurrent writers kept moving dataset "
             f"'{self.spec.name}'; nothing was published by this batch, retry it"
         )
+
+    def _check_head(self, summary: Table, latest: tuple | None) -> None:
+        """Build only on published data: the table's grain is still the definition's, and a head
+        written by another tool holds exactly the published data (``publish/guards.py``)."""
+        self.grain = table_grain(self.spec, summary)
+        current = summary.metadata.current_snapshot_id
+        if current is None or current == self._vetted or (latest is not None and latest[0].snapshot_id == current):
+            return
+        state = self._published_state(summary)
+        check_foreign(summary, latest, ((day, c, o) for rows in state.rows.values() for day, (c, o) in rows.items()),
+                      self.grain)
+        self._vetted = current
 
     def _check_position(self, summary: Table, record: PublishRecord | None, identity: BatchIdentity,
                         attempt: int) -> PublishResult | None:
@@ -218,7 +236,7 @@ class Publisher:
             rows = _ledger_rows(projection.new_ledger_rows, identity.batch_id, ledger_arrow(tables.ledger))
             ledger_file = FileWriter(tables.ledger.metadata, tables.ledger.io, plain=_LEDGER_PLAIN).submit([(None, rows)])
             runs = self._lookup.submit_runs_after(tables.ledger, ledger_base, projection.new_ledger_rows)
-        grain = self.spec.partition
+        grain = self.grain
         state = self._published_state(tables.summary)
         values = {day_partition_value(day, grain) for day in projection.deltas}
         rewrite = rewrite_partitions(state.rows_of(values), projection.deltas, grain)
@@ -281,7 +299,7 @@ class Publisher:
         if current is None:
             return PublishedState(None, {}, {})
         if self._published is None or self._published.snapshot_id != current:
-            self._published = published_state.load(summary, self.spec.partition)
+            self._published = published_state.load(summary, self.grain)
         return self._published
 
     def _already_published(self, identity: BatchIdentity, snapshot_id: int, committed: dict[str, Vector],

@@ -137,6 +137,17 @@ def _create_or_load(catalog: Catalog, ident: tuple[str, str], schema: Schema, sp
 # --- partition grain ------------------------------------------------------------------------
 
 
+def grain_of(summary: Table) -> str | None:
+    """The partition grain of a published table, read from its real partition spec (the
+    definition's ``partition:`` may have changed since the table was created); None if the
+    spec is not one lakepub writes (changed by another tool)."""
+    spec = summary.metadata.spec()
+    if len(summary.metadata.partition_specs) != 1 or len(spec.fields) != 1 or spec.fields[0].source_id != 1:
+        return None
+    transform = spec.fields[0].transform
+    return next((grain for grain, t in _TRANSFORMS.items() if type(t) is type(transform)), None)
+
+
 def partition_label(day: date, grain: str) -> str:
     if grain == "day":
         return day.isoformat()

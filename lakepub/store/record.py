@@ -103,28 +103,66 @@ def snapshot_record(snapshot: Snapshot | None) -> PublishRecord | None:
     return PublishRecord.from_properties(dict(snapshot.summary.additional_properties))
 
 
-def published_history(table: Table) -> Iterator[tuple[Snapshot, PublishRecord]]:
-    """Publishes of the published table, newest first (one entry per batch).
+def ancestry(table: Table) -> Iterator[Snapshot]:
+    """The current snapshot and its ancestors, newest first.
 
-    lakepub never branches the published table, so its snapshots up to the current one are its
-    history; they are walked in sequence-number order rather than through parent pointers, so
-    snapshots expired by the janitor leave gaps but do not cut the walk short.
+    Parent pointers are followed while the parent is retained; where the janitor expired it (or
+    expiry cleared the pointer), the walk goes on with the newest retained snapshot older than the gap, so expiry leaves gaps but
+    does not cut the walk short. Snapshots off the current lineage (left behind by a rollback)
+    are not ancestry and are not walked while the chain is intact.
     """
-    current = table.current_snapshot()
-    if current is None:
-        return
-    snapshots = sorted((s for s in table.metadata.snapshots if s.sequence_number <= current.sequence_number),
-                       key=lambda s: s.sequence_number, reverse=True)
+    snapshots = table.metadata.snapshots
+    by_id = {s.snapshot_id: s for s in snapshots}
+    snapshot = table.current_snapshot()
+    seen: set[int] = set()
+    while snapshot is not None and snapshot.snapshot_id not in seen:
+        seen.add(snapshot.snapshot_id)
+        yield snapshot
+        parent = by_id.get(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
+        if parent is None:  # expired (expiry may also clear the pointer): continue below the gap
+            older = [s for s in snapshots if s.sequence_number < snapshot.sequence_number]
+            parent = max(older, key=lambda s: s.sequence_number, default=None)
+        snapshot = parent
+
+
+def published_history(table: Table) -> Iterator[tuple[Snapshot, PublishRecord]]:
+    """Publishes of the published table, newest first (one entry per batch), over its ancestry.
+
+    Snapshots written by other tools (a user's pyiceberg script, an engine's maintenance) carry
+    no record and are skipped: the newest record in the ancestry is the checkpoint.
+    """
     seen: set[str] = set()
-    for snapshot in snapshots:
+    for snapshot in ancestry(table):
         record = snapshot_record(snapshot)
         if record is not None and record.batch_id not in seen:
             seen.add(record.batch_id)
             yield snapshot, record
 
 
+def latest_published(table: Table) -> tuple[Snapshot, PublishRecord] | None:
+    """The newest lakepub record in the current snapshot's ancestry, and its snapshot: the
+    positions, ledger snapshot and totals a publish builds on, even under foreign snapshots."""
+    return next(published_history(table), None)
+
+
 def latest_record(table: Table) -> PublishRecord | None:
-    return snapshot_record(table.current_snapshot())
+    found = latest_published(table)
+    return found[1] if found else None
+
+
+def foreign_head(table: Table) -> Snapshot | None:
+    """The current snapshot if another tool wrote it (no lakepub record), else None."""
+    current = table.current_snapshot()
+    return current if current is not None and snapshot_record(current) is None else None
+
+
+def recorded_checksums(table: Table) -> dict[str, str]:
+    """Per partition label, the checksum recorded by the newest publish that rewrote it."""
+    recorded: dict[str, str] = {}
+    for _, record in published_history(table):
+        for label, checksum in record.checksums.items():
+            recorded.setdefault(label, checksum)
+    return recorded
 
 
 def find_batch(table: Table, batch_id: str) -> tuple[Snapshot, PublishRecord] | None:

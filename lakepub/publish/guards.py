@@ -1,0 +1,87 @@
+"""What a publish checks about the published table before building on it.
+
+The published table is an ordinary Iceberg table: other tools (a user's pyiceberg script, an
+engine's maintenance job) can commit to it. Invariant: **a publish builds only on published
+data**. Positions, totals and the ledger snapshot always come from the newest lakepub record in
+the current snapshot's ancestry (``store/record.py``), never from "no record on the current
+snapshot" (which once meant starting over and double counting). When the current snapshot was
+written by another tool, its content is compared, partition by partition, with the checksums
+lakepub recorded: equal content (an overwrite with the same rows, a file rewrite) is built upon;
+any difference refuses the publish (``ForeignChange``, exit 3) naming the foreign snapshot, the
+partitions and the lakepub snapshot to roll back to. Cost: one read of the published table
+(a row per day) and a sha256 per partition, only when the head is foreign, once per head.
+
+The table's real partition spec also wins over the definition: a ``partition:`` that changed in
+the YAML is refused (``DefinitionChanged``, exit 2) instead of writing a second layout beside the
+first (which read every day twice).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import date, datetime, timezone
+from typing import Iterable, Mapping
+
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+
+from lakepub.config import DatasetSpec
+from lakepub.errors import DefinitionChanged, ForeignChange
+from lakepub.identity import checksum_matches, partition_checksum
+from lakepub.store.layout import grain_of, partition_label
+from lakepub.store.record import PublishRecord, foreign_head, recorded_checksums
+
+
+def table_grain(spec: DatasetSpec, summary: Table) -> str:
+    """The grain of the published table, which must be the definition's."""
+    grain = grain_of(summary)
+    if grain is None:
+        raise ForeignChange(
+            f"the partition spec of the published table '{spec.name}' was changed outside lakepub "
+            f"({summary.metadata.spec()}); nothing was published: restore its original spec "
+            f"(partitioned by {spec.partition}(day))")
+    if grain != spec.partition:
+        raise DefinitionChanged(
+            spec.path or spec.name, "partition", grain, spec.partition,
+            f"nothing was published; set it back to '{grain}', or publish the new layout as a new dataset "
+            "(a definition change applies to a rebuild, not to published partitions)")
+    return grain
+
+
+def partition_mismatches(recorded: Mapping[str, str], rows: Iterable[tuple[date, int, int]], grain: str) -> tuple[int, list[str]]:
+    """Compare the published rows with the recorded checksums: (partitions checked, mismatches)."""
+    by_partition: dict[str, list[tuple[date, int, int]]] = defaultdict(list)
+    for day, cents, orders in rows:
+        by_partition[partition_label(day, grain)].append((day, cents, orders))
+    mismatches = []
+    labels = sorted(set(recorded) | set(by_partition))
+    for label in labels:
+        actual = partition_checksum(by_partition.get(label, []))
+        if label not in recorded:
+            mismatches.append(f"partition {label}: has data but no recorded checksum")
+        elif not checksum_matches(recorded[label], actual):
+            mismatches.append(f"partition {label}: checksum {actual[:12]} != recorded {recorded[label][:12]}")
+    return len(labels), mismatches
+
+
+def describe(snapshot: Snapshot) -> str:
+    when = datetime.fromtimestamp(snapshot.timestamp_ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")
+    operation = snapshot.summary.operation.value if snapshot.summary is not None else "unknown"
+    return f"snapshot {snapshot.snapshot_id} ({operation} at {when}) was written outside lakepub"
+
+
+def check_foreign(summary: Table, latest: tuple[Snapshot, PublishRecord] | None,
+                  rows: Iterable[tuple[date, int, int]], grain: str) -> None:
+    """Refuse to build on a foreign head whose data (``rows``) differ from the published data."""
+    head = foreign_head(summary)
+    if head is None:
+        return
+    _, mismatches = partition_mismatches(recorded_checksums(summary), rows, grain)
+    if not mismatches:
+        return
+    restore = (f"roll the table back to lakepub's snapshot {latest[0].snapshot_id} "
+               f"(pyiceberg: table.manage_snapshots().rollback_to_snapshot({latest[0].snapshot_id}).commit())"
+               if latest else "remove the data written outside lakepub")
+    raise ForeignChange(
+        f"dataset '{summary.name()[-1]}': {describe(head)} and changed the published data "
+        f"({len(mismatches)} partition(s); {mismatches[0]}); nothing was published: {restore}, then publish again")

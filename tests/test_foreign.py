@@ -1,0 +1,124 @@
+"""The published table is also an Iceberg table other tools can write to: lakepub must never build
+on a snapshot it did not write without knowing its data are still the published data, and the
+table's real partition spec wins over a definition that changed under it (issue 9, items 1-2)."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from pathlib import Path
+
+import pyarrow as pa
+import yaml
+from pyiceberg.expressions import EqualTo
+
+from conftest import published_pointers
+from lakepub.generate import generate_stream, oracle_summary, read_stream
+from lakepub.store.layout import summary_id
+from lakepub.workspace import Workspace
+
+
+def _published(root: Path) -> dict:
+    fresh = Workspace.open(root)
+    return {r["day"]: (r["cents"], r["orders"]) for r in fresh.query("SELECT * FROM orders_daily").to_pylist()}
+
+
+def _summary_table(root: Path):
+    ws = Workspace.open(root)
+    return ws.catalog.load_table(summary_id(ws.config.namespace, "orders_daily"))
+
+
+def _overwrite_day(root: Path, day: date, cents: int, orders: int) -> int:
+    """What a user's pyiceberg script does: overwrite one day of the published table."""
+    table = _summary_table(root)
+    rows = pa.table({"day": pa.array([day], pa.date32()), "cents": pa.array([cents], pa.int64()),
+                     "orders": pa.array([orders], pa.int64())})
+    table.overwrite(rows, overwrite_filter=EqualTo("day", day.isoformat()))
+    return _summary_table(root).metadata.current_snapshot_id
+
+
+def _stream(ws: Workspace, events: int, seed: int) -> Path:
+    landing = ws.config.landing_dir("orders")
+    generate_stream(landing, events=events, partitions=2, days=20, seed=seed, segment_size=500)
+    return landing
+
+
+def _append_segment(landing: Path, name: str, events: list[dict]) -> None:
+    (landing / "p0" / name).write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+NEW = [{"order_id": f"new-{i}", "version": 1, "day": "2025-01-03", "cents": 10 + i, "deleted": False}
+       for i in range(5)]
+
+
+def test_a_data_neutral_foreign_snapshot_is_built_upon_without_starting_over(ws: Workspace, cli):
+    landing = _stream(ws, 2000, seed=5)
+    assert cli("run", "orders_daily").code == 0
+    day, (cents, orders) = sorted(_published(ws.config.root).items())[3]
+    _overwrite_day(ws.config.root, day, cents, orders)  # the same rows, a snapshot lakepub did not write
+
+    assert cli("verify", "orders_daily", "--deep").code == 0
+
+    _append_segment(landing, "99999.jsonl", NEW)
+    res = cli("run", "orders_daily", "--format", "json")
+    assert res.code == 0, res.err
+    assert res.json()["events"] == len(NEW)  # not the whole landing again
+    assert _published(ws.config.root) == oracle_summary(read_stream(landing))
+    assert cli("verify", "orders_daily", "--deep").code == 0
+
+
+def test_a_foreign_snapshot_that_changed_data_is_refused_and_reported(ws: Workspace, cli):
+    landing = _stream(ws, 1000, seed=6)
+    assert cli("run", "orders_daily").code == 0
+    published = _published(ws.config.root)
+    lakepub_snapshot = _summary_table(ws.config.root).metadata.current_snapshot_id
+    day, (cents, orders) = sorted(published.items())[0]
+    foreign = _overwrite_day(ws.config.root, day, cents * 2, orders)
+
+    status = cli("status", "orders_daily", "--format", "json").json()[0]
+    assert sum(status["positions"]["orders"].values()) == 1000
+    assert f"snapshot {foreign}" in status["note"] and "outside lakepub" in status["note"]
+    verify = cli("verify", "orders_daily")
+    assert verify.code == 1 and f"snapshot {foreign}" in verify.err and "outside lakepub" in verify.err
+    _append_segment(landing, "99999.jsonl", NEW)
+    before = published_pointers(ws)
+    res = cli("run", "orders_daily")
+    assert res.code == 3, res.err
+    assert f"{foreign}" in res.err and f"{lakepub_snapshot}" in res.err and day.strftime("%Y-%m") in res.err
+    assert published_pointers(ws) == before
+    publish = cli("publish", "orders_daily", "--events", str(landing / "p0" / "99999.jsonl"),
+                  "--start", json.dumps(cli("status", "orders_daily", "--format", "json").json()[0]["positions"]["orders"]),
+                  "--end", "{}")
+    assert publish.code in (2, 3)  # refused either way, nothing published
+    assert published_pointers(ws) == before
+
+    # Rolling the table back to lakepub's snapshot (what the message says) makes publishing work again.
+    _summary_table(ws.config.root).manage_snapshots().rollback_to_snapshot(lakepub_snapshot).commit()
+    assert cli("run", "orders_daily").code == 0
+    assert _published(ws.config.root) == oracle_summary(read_stream(landing))
+    assert cli("verify", "orders_daily", "--deep").code == 0
+
+
+def test_a_changed_partition_grain_is_refused_and_verify_uses_the_tables_spec(ws: Workspace, cli):
+    landing = _stream(ws, 1000, seed=7)
+    assert cli("run", "orders_daily").code == 0
+    path = ws.config.root / "catalog" / "datasets" / "orders_daily.yaml"
+    original = path.read_text()
+    definition = yaml.safe_load(original)
+    definition["partition"] = "day"
+    path.write_text(yaml.safe_dump(definition))
+
+    _append_segment(landing, "99999.jsonl", NEW)
+    before = published_pointers(ws)
+    res = cli("run", "orders_daily")
+    assert res.code == 2, res.err
+    assert "orders_daily.yaml" in res.err and "partition" in res.err and "'month'" in res.err and "'day'" in res.err
+    assert published_pointers(ws) == before
+    assert cli("verify", "orders_daily", "--deep").code == 0  # the table's spec, not the YAML's
+    status = cli("status", "orders_daily", "--format", "json").json()[0]
+    assert status["partitions"] == len({d.strftime("%Y-%m") for d in _published(ws.config.root)})
+
+    path.write_text(original)
+    assert cli("run", "orders_daily").code == 0
+    assert _published(ws.config.root) == oracle_summary(read_stream(landing))
+    assert cli("verify", "orders_daily", "--deep").code == 0
