@@ -10,7 +10,9 @@ accepted so far), compute:
 * per affected order, the state before (its highest ledger version) and after (the highest of
   before and the new versions). Only a higher version changes the state, so the result does not
   depend on the order of events, and a tombstone can never be resurrected by an older version;
-* per-day deltas: retract the before state from its day, add the after state to its day.
+* per-day deltas: retract the before state from its day, add the after state to its day. They
+  are exact Python ints even where an int64 sum would wrap (a batch of huge cents values); the
+  publisher refuses a day whose total would leave int64 (``rewrite.check_totals``).
 
 The batch arrives sorted by (order_id, version, ...) (``identity.canonical``, the order its digest
 is computed in), so every step on the batch side is a vectorised comparison of neighbouring rows
@@ -35,6 +37,7 @@ from lakepub.store.record import Counts
 _PAYLOAD = ["order_id", "version", "day", "cents", "deleted"]
 _EPOCH = date(1970, 1, 1)
 _NO_FLOOR = np.iinfo(np.int64).min
+_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 @dataclass(frozen=True)
@@ -205,8 +208,17 @@ def _deltas(after: _Rows, after_rows: np.ndarray, before: _Rows, before_rows: np
     sum_n = np.zeros(len(uniq), dtype=np.int64)
     np.add.at(sum_cents, inverse, cents)
     np.add.at(sum_n, inverse, n)
-    return {_EPOCH + timedelta(days=int(d)): (int(c), int(o))
-            for d, c, o in zip(uniq, sum_cents, sum_n) if c != 0 or o != 0}
+    exact: list[int] = sum_cents.tolist()
+    # int64 sums wrap silently. No sum of these values can leave int64 when the largest magnitude
+    # times their count fits (one max over the batch); else the sums are redone exactly from
+    # 32-bit halves, each summed without overflow in int64, and recombined as Python ints.
+    if len(cents) * int(np.abs(cents).max()) > _INT64_MAX:
+        high, low = np.zeros(len(uniq), dtype=np.int64), np.zeros(len(uniq), dtype=np.int64)
+        np.add.at(high, inverse, cents >> 32)
+        np.add.at(low, inverse, cents & 0xFFFFFFFF)
+        exact = [(h << 32) + lo for h, lo in zip(high.tolist(), low.tolist())]
+    return {_EPOCH + timedelta(days=int(d)): (c, int(o))
+            for d, c, o in zip(uniq, exact, sum_n) if c != 0 or o != 0}
 
 
 def _take(rows: _Rows, idx: np.ndarray) -> _Rows:

@@ -41,7 +41,7 @@ from lakepub.publish.projection import BatchSide, Projection, prepare_batch, pro
 from lakepub.publish.rebase import ledger_files_added_since, touches_orders
 from lakepub.publish import published_state
 from lakepub.publish.published_state import PublishedState
-from lakepub.publish.rewrite import rewrite_partitions
+from lakepub.publish.rewrite import check_totals, rewrite_partitions
 from lakepub.store import audit, key_index
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode, reset_main
 from lakepub.store.layout import (
@@ -213,15 +213,17 @@ class Publisher:
         # The ledger's new data file and key-index run are written in the background while the
         # partitions are rewritten.
         ledger_base = previous.ledger_snapshot if previous else None
+        grain = self.spec.partition
+        state = self._published_state(tables.summary)
+        values = {day_partition_value(day, grain) for day in projection.deltas}
+        current = state.rows_of(values)
+        check_totals(self.spec.name, current, projection.deltas, grain)  # refused before anything is written
         ledger_file = runs = None
         if projection.new_ledger_rows.num_rows:
             rows = _ledger_rows(projection.new_ledger_rows, identity.batch_id, ledger_arrow(tables.ledger))
             ledger_file = FileWriter(tables.ledger.metadata, tables.ledger.io, plain=_LEDGER_PLAIN).submit([(None, rows)])
             runs = self._lookup.submit_runs_after(tables.ledger, ledger_base, projection.new_ledger_rows)
-        grain = self.spec.partition
-        state = self._published_state(tables.summary)
-        values = {day_partition_value(day, grain) for day in projection.deltas}
-        rewrite = rewrite_partitions(state.rows_of(values), projection.deltas, grain)
+        rewrite = rewrite_partitions(current, projection.deltas, grain, self.spec.name)
         counts = replace(projection.counts, partitions_rewritten=len(rewrite.partitions))
         new_positions = positions.advance(previous.positions if previous else {}, identity.source, identity.end)
 
