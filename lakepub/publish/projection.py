@@ -23,7 +23,7 @@ this module reads no table and its work is proportional to the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 
 import numpy as np
@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakepub.errors import PayloadConflict
-from lakepub.keys import order_keys
+from lakepub.keys import ORDER_KEYS_VERSION, order_keys
 from lakepub.store.record import Counts
 
 _PAYLOAD = ["order_id", "version", "day", "cents", "deleted"]
@@ -88,8 +88,18 @@ class BatchSide:
     distinct: _Rows  # one row per distinct (order_id, version), sorted
     d_order: np.ndarray  # the order number (position in ``orders``) of each distinct row
     orders: pa.Array  # the batch's distinct order ids, sorted
-    keys: tuple[np.ndarray, np.ndarray]  # their order keys (lakepub.keys)
+    keys: tuple[np.ndarray, np.ndarray]  # their order keys (lakepub.keys, ORDER_KEYS_VERSION)
     conflict: tuple[str, int] | None  # a key with two payloads in the batch (blocks the publish)
+    _other_keys: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False, compare=False)
+
+    def keys_for(self, version: str | None) -> tuple[np.ndarray, np.ndarray]:
+        """The orders' keys by the ledger's key function (``None``: a ledger without keys, whose
+        rows drop them); computed once per other version (a ledger created before v2)."""
+        if version is None or version == ORDER_KEYS_VERSION:
+            return self.keys
+        if version not in self._other_keys:
+            self._other_keys[version] = order_keys(self.orders, version)
+        return self._other_keys[version]
 
 
 def prepare_batch(batch: pa.Table) -> BatchSide:
@@ -115,15 +125,16 @@ def prepare_batch(batch: pa.Table) -> BatchSide:
     return BatchSide(n_events, distinct, d_order, orders, order_keys(orders), conflict)
 
 
-def project(side: BatchSide, found: tuple[pa.Table, np.ndarray]) -> Projection:
+def project(side: BatchSide, found: tuple[pa.Table, np.ndarray], key_version: str | None = None) -> Projection:
     """Project a batch (its ``prepare_batch`` result) onto the ledger rows of its orders:
     ``found`` is what ``publish/lookup.py`` returns, the rows (version, day, cents, deleted,
-    floor) and, per row, the position of its order in ``side.orders``.
+    floor) and, per row, the position of its order in ``side.orders``. The new ledger rows get
+    the keys of the ledger's ``key_version`` (``layout.order_keys_version``).
     """
     if side.conflict is not None:
         raise PayloadConflict(side.conflict[0], side.conflict[1], "two payloads in this batch")
     n_events, distinct, d_order, orders = side.n_events, side.distinct, side.d_order, side.orders
-    k1, k2 = side.keys
+    k1, k2 = side.keys_for(key_version)
     prev, p_order = _Rows.of(found[0].combine_chunks()), found[1]
     n_orders = len(orders)
 

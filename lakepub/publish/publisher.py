@@ -45,7 +45,7 @@ from lakepub.publish.rewrite import check_totals, rewrite_partitions
 from lakepub.store import audit, key_index
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode, reset_main
 from lakepub.store.layout import (
-    SUMMARY_ARROW, DatasetTables, day_partition_value, ensure_tables, ledger_arrow, load_tables,
+    SUMMARY_ARROW, DatasetTables, day_partition_value, ensure_tables, ledger_arrow, load_tables, order_keys_version,
 )
 from lakepub.store.files import FileWriter
 from lakepub.store.write import append_files, partition_value, replace_partitions, transaction
@@ -165,7 +165,8 @@ class Publisher:
             if projection is not None and not self._commutes(tables.ledger, base_ledger, head, events):
                 projection = None  # a concurrent publish touched our orders: recompute
             if projection is None:
-                projection = project(prepared.side, self._lookup.rows(tables.ledger, head, prepared.side))
+                projection = project(prepared.side, self._lookup.rows(tables.ledger, head, prepared.side),
+                                     order_keys_version(tables.ledger))
                 base_ledger = head
             try:
                 return self._attempt(tables, previous, projection, identity, attempt)

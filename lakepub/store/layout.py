@@ -26,7 +26,8 @@ from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import DayTransform, IdentityTransform, MonthTransform, YearTransform
 from pyiceberg.types import BooleanType, DateType, LongType, NestedField, StringType
 
-from lakepub.keys import ORDER_KEYS_VERSION
+from lakepub.errors import ConfigError
+from lakepub.keys import ORDER_KEYS_VERSION, ORDER_KEYS_VERSIONS
 
 SUMMARY_SCHEMA = Schema(
     NestedField(1, "day", DateType(), required=False),
@@ -103,7 +104,17 @@ def ensure_tables(catalog: Catalog, namespace: str, dataset: str, grain: str) ->
 def has_order_keys(ledger: Table) -> bool:
     """Whether the ledger stores order keys (created by lakepub >= 0.2); older ledgers are
     looked up by order_id, which is correct, only slower."""
-    return ledger.metadata.properties.get(ORDER_KEYS_PROPERTY) == ORDER_KEYS_VERSION
+    return order_keys_version(ledger) is not None
+
+
+def order_keys_version(ledger: Table) -> str | None:
+    """The ``lakepub.keys`` version the ledger's k1/k2 are made with (kept for the ledger's life:
+    its stored keys are looked up with it), None for a ledger without order keys."""
+    version = ledger.metadata.properties.get(ORDER_KEYS_PROPERTY)
+    if version is not None and version not in ORDER_KEYS_VERSIONS:
+        raise ConfigError(f"ledger {'.'.join(ledger.name())} stores order keys '{version}', unknown to this "
+                          "lakepub version; upgrade lakepub to publish to it")
+    return version
 
 
 def ledger_arrow(ledger: Table) -> pa.Schema:
