@@ -45,7 +45,7 @@ from lakepub.publish.rewrite import check_totals, rewrite_partitions
 from lakepub.store import audit, key_index
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode, reset_main
 from lakepub.store.layout import (
-    SUMMARY_ARROW, DatasetTables, day_partition_value, ensure_tables, ledger_arrow, load_tables, order_keys_version,
+    HISTORY_ARROW, SUMMARY_ARROW, DatasetTables, day_partition_value, ensure_tables, ledger_arrow, load_tables, order_keys_version,
 )
 from lakepub.store.files import FileWriter
 from lakepub.store.write import append_files, partition_value, replace_partitions, transaction
@@ -335,6 +335,8 @@ def _ledger_rows(rows: pa.Table, batch_id: str, schema: pa.Schema) -> pa.Table:
     columns["batch_id"] = pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows.num_rows, np.int32)),
                                                          pa.array([batch_id], pa.string()))
     columns["floor"] = pa.nulls(rows.num_rows, pa.int64())
+    if HISTORY_ARROW.name in schema.names:  # a compacted ledger: only compaction fills it
+        columns[HISTORY_ARROW.name] = pa.nulls(rows.num_rows, HISTORY_ARROW.type)
     return pa.table([columns[name] for name in schema.names], names=schema.names)
 
 

@@ -55,6 +55,10 @@ LEDGER_ARROW = pa.schema(
      ("k2", pa.int64())]
 )
 ORDER_KEYS_PROPERTY = "lakepub.order-keys"  # the lakepub.keys version whose k1/k2 the ledger stores
+# Added to the ledger by its first compaction (maintenance/compact.py): on an order's kept row,
+# the (version, payload) of every version compaction dropped below it.
+HISTORY_ARROW = pa.field("history", pa.list_(pa.struct(
+    [("version", pa.int64()), ("day", pa.date32()), ("cents", pa.int64()), ("deleted", pa.bool_())])))
 
 _TABLE_PROPERTIES = {
     "write.parquet.compression-codec": "zstd",
@@ -118,10 +122,15 @@ def order_keys_version(ledger: Table) -> str | None:
 
 
 def ledger_arrow(ledger: Table) -> pa.Schema:
-    """The Arrow schema of the ledger's rows (without k1/k2 for a ledger created before them)."""
-    if has_order_keys(ledger):
-        return LEDGER_ARROW
-    return pa.schema([f for f in LEDGER_ARROW if f.name not in ("k1", "k2")])
+    """The Arrow schema of the ledger's rows (without k1/k2 for a ledger created before them;
+    with ``history`` once compacted)."""
+    schema = LEDGER_ARROW if has_order_keys(ledger) else pa.schema([f for f in LEDGER_ARROW if f.name not in ("k1", "k2")])
+    return schema.append(HISTORY_ARROW) if has_history(ledger) else schema
+
+
+def has_history(ledger: Table) -> bool:
+    """Whether the ledger has the ``history`` column (it has been compacted)."""
+    return HISTORY_ARROW.name in ledger.schema().column_names
 
 
 def load_tables(catalog: Catalog, namespace: str, dataset: str) -> DatasetTables:
