@@ -63,6 +63,18 @@ class DefinitionChanged(ConfigError):
         super().__init__(f"{path}: '{key}' is {new!r} but the published tables have {published!r}; {advice}")
 
 
+class SumOverflow(UserError):
+    """A day's total cents would leave the published table's 64-bit integer range."""
+
+    def __init__(self, dataset: str, day: object, partition: str, cents: int):
+        self.dataset, self.day, self.partition, self.cents = dataset, day, partition, cents
+        super().__init__(
+            f"sum overflow in dataset '{dataset}': day {day} (partition {partition}) would total {cents} cents, "
+            f"beyond the int64 range of the published table's cents column (max {2 ** 63 - 1}); nothing was "
+            "published. Check the batch for wrong cents values (e.g. a unit mix-up) and publish it corrected"
+        )
+
+
 # --- blocked by the protocol (exit 3) -------------------------------------------------------
 
 

@@ -13,7 +13,7 @@ from lakepub.landing import LandingSource
 from lakepub.store import audit, key_index
 from lakepub.store.key_index import KeyIndex
 from lakepub.publish.guards import describe, partition_mismatches
-from lakepub.store.layout import grain_of, ledger_id, partition_label
+from lakepub.store.layout import grain_of, has_history, ledger_id, partition_label
 from lakepub.store.record import Counts, foreign_head, latest_record, published_history, recorded_checksums
 from lakepub.workspace import Workspace
 
@@ -203,7 +203,11 @@ def _index_check(con, ledger, snapshot_id: int) -> list[str]:
     try:
         common = "k1, version, day, cents, deleted"
         index = f"SELECT {common}, k2::BIGINT & 4294967295, CASE WHEN compacted THEN version END FROM lp_index"
-        rows = f"SELECT {common}, k2 & 4294967295, floor FROM {duck.scan_sql(ledger.metadata_location, snapshot_id)}"
+        scan = duck.scan_sql(ledger.metadata_location, snapshot_id)
+        rows = f"SELECT {common}, k2 & 4294967295, floor FROM {scan}"
+        if has_history(ledger):  # versions compaction dropped are index rows of their own
+            rows = (f"SELECT * FROM ({rows} UNION ALL SELECT k1, h.version, h.day, h.cents, h.deleted, "
+                    f"k2 & 4294967295, NULL::BIGINT FROM (SELECT k1, k2, unnest(history) AS h FROM {scan}))")
         extra, missing = con.execute(f"""
             SELECT (SELECT count(*) FROM ({index} EXCEPT ALL {rows})),
                    (SELECT count(*) FROM ({rows} EXCEPT ALL {index}))""").fetchone()

@@ -81,3 +81,50 @@ def test_dry_run_changes_nothing(ws: Workspace, cli):
     res = cli("compact", "orders_daily", "--dry-run")
     assert res.code == 0 and "would compact orders_daily ledger: 2 -> 1 rows" in res.out
     assert ledger_count(ws) == 2
+
+
+@pytest.mark.parametrize("index", [True, False], ids=["key-index", "duckdb-join"])
+def test_a_compacted_away_version_replayed_with_another_payload_is_still_a_conflict(ws_path, cli, tmp_path, index):
+    """Compaction drops A/v1 and A/v2 below A/v3 (and a second compaction A/v3 below A/v4): a
+    replay of any of them with another payload is refused (exit 3) as before compaction, with
+    the same payload it changes nothing (exit 0)."""
+    import yaml
+
+    from conftest import published_pointers, write_jsonl
+
+    config = yaml.safe_load((ws_path / "lakepub.yaml").read_text())
+    config["key_index"] = index
+    (ws_path / "lakepub.yaml").write_text(yaml.safe_dump(config))
+    position = 0
+
+    def publish(*events):
+        nonlocal position
+        path = write_jsonl(tmp_path / f"{position}.jsonl", list(events))
+        res = cli("publish", "orders_daily", "--events", str(path), "--source", "orders",
+                  "--start", f'{{"p0":{position}}}', "--end", f'{{"p0":{position + len(events)}}}')
+        if res.code == 0:
+            position += len(events)
+        return res
+
+    a3 = {**A2, "version": 3, "cents": 170}
+    a4 = {**A2, "version": 4, "cents": 180, "day": "2025-10-03"}
+    assert publish(A1, B1).code == 0 and publish(A2).code == 0 and publish(a3).code == 0
+    assert publish({**A1, "cents": 999}).code == 3  # before compaction: a conflict
+    assert cli("compact", "orders_daily").code == 0
+    ws = Workspace.open(ws_path)
+    assert ledger_count(ws) == 2  # still one row per order
+    state = summary_rows(ws), published_pointers(ws)
+    for version, other in ((A1, {"cents": 999}), (A2, {"day": "2025-10-09"}), (A1, {"deleted": True, "day": None,
+                                                                                  "cents": None})):
+        res = publish({**version, **other})
+        assert res.code == 3 and "payload conflict" in res.err, (res.code, res.err)
+        assert (summary_rows(ws), published_pointers(ws)) == state
+    assert publish(A1, A2).code == 0  # the same payloads: nothing changes
+    assert summary_rows(ws) == state[0]
+    assert publish(a4).code == 0 and cli("compact", "orders_daily").code == 0  # A/v3 compacted away too
+    for version in (A1, A2, a3):
+        assert publish({**version, "cents": 1}).code == 3
+    assert publish(A1, A2, a3, B1).code == 0
+    assert publish({**A2, "version": 5, "cents": 5}).code == 0  # above the floor: applies
+    assert summary_rows(ws) == [("2025-10-01", 70, 1), ("2025-10-02", 5, 1)]
+    assert cli("verify", "orders_daily", "--deep").code == 0

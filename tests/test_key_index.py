@@ -188,12 +188,14 @@ def test_no_partial_index_then_compaction_builds_a_complete_one(tmp_path: Path):
 
     compact_ledger(ws, "orders_daily")
     runs = _runs(ws)
-    assert runs is not None and [r.rows for r in runs] == [2]  # A/v2, B/v2 (tombstone), floors set
+    # A/v2, B/v2 (tombstone) with floors set, and the versions compaction dropped (A/v1, B/v1)
+    assert runs is not None and [r.rows for r in runs] == [4]
     assert reports.verify(Workspace.open(root), "orders_daily", deep=True).ok
     ws = Workspace.open(root)
     late = ws.publish("orders_daily", [A1, B1, dict(A2, order_id="C")], start={"p0": 4}, end={"p0": 7})
-    assert late.counts.stale == 2 and late.counts.new_versions == 1  # the index carries the floors
-    assert [r.rows for r in _runs(ws)] == [2, 1]
+    # the index carries the floors and the dropped versions: A/v1, B/v1 are duplicates, as before compaction
+    assert late.counts.duplicates == 2 and late.counts.new_versions == 1
+    assert [r.rows for r in _runs(ws)] == [4, 1]
     assert summary_rows(ws) == [("2025-10-02", 300, 2)]
 
 
@@ -247,5 +249,5 @@ def test_a_run_deleted_by_hand_falls_back_to_the_scan_until_compaction(tmp_path:
     from lakepub.maintenance.compact import compact_ledger
 
     compact_ledger(ws, "orders_daily")
-    assert [r.rows for r in _runs(ws)] == [2]
+    assert [r.rows for r in _runs(ws)] == [4]  # A/v2, B/v2 and the dropped A/v1, B/v1
     assert reports.verify(Workspace.open(ws.config.root), "orders_daily", deep=True).ok

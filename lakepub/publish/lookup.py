@@ -17,13 +17,14 @@ from typing import Callable
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.table import Table
 
 from lakepub import duck
 from lakepub.publish.projection import BatchSide
 from lakepub.store import key_index
 from lakepub.store.key_index import KeyIndex, Run
-from lakepub.store.layout import has_order_keys
+from lakepub.store.layout import has_history, has_order_keys, order_keys_version
 
 _WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-index")
 Found = tuple[pa.Table, np.ndarray]  # rows (key_index.PAYLOAD columns), position of each one's order
@@ -52,13 +53,14 @@ class LedgerLookup:
         if snapshot_id is None or len(side.orders) == 0:
             return key_index.empty_payload(), np.zeros(0, dtype=np.int64)
         runs = self.runs(ledger, snapshot_id)
+        keys = side.keys_for(order_keys_version(ledger))  # the function the ledger's keys were made with
         if runs is not None and self.index is not None:
             try:
-                return self.index.lookup(runs, *side.keys)
+                return self.index.lookup(runs, *keys)
             except OSError as exc:  # a run deleted by hand: the ledger itself is still whole
                 _unreadable(exc, "this publish scans the ledger instead")
         return scan_rows(self._con(), duck.scan_sql(ledger.metadata_location, snapshot_id), side,
-                         keyed=has_order_keys(ledger))
+                         keyed=has_order_keys(ledger), keys=keys, history=has_history(ledger))
 
     def submit_runs_after(self, ledger: Table, base_snapshot_id: int | None, new_rows: pa.Table
                           ) -> Future[list[Run] | None]:
@@ -86,17 +88,21 @@ def _unreadable(exc: OSError, consequence: str) -> None:
     warnings.warn(f"ledger key index unreadable ({' '.join(str(exc).split())}): {consequence}", stacklevel=3)
 
 
-def scan_rows(con: duckdb.DuckDBPyConnection, ledger_sql: str, side: BatchSide, *, keyed: bool) -> Found:
+def scan_rows(con: duckdb.DuckDBPyConnection, ledger_sql: str, side: BatchSide, *, keyed: bool,
+              keys: tuple[np.ndarray, np.ndarray] | None = None, history: bool = False) -> Found:
     """The ledger rows of the batch's orders by one DuckDB join with the ledger read by the SQL
     table expression ``ledger_sql``.
 
     Joined on the order keys when the ledger has them (two int64 columns: ~2x cheaper to scan
-    than the strings), else on order_id. The join returns the order's position rather than its
-    id: no strings are materialised.
+    than the strings; ``keys``: the orders' keys by the ledger's key function, default
+    ``side.keys``), else on order_id. The join returns the order's position rather than its
+    id: no strings are materialised. With ``history`` (a compacted ledger), each found row's
+    history entries (versions compaction dropped) are returned as rows too, without a floor.
     """
     position = pa.array(np.arange(len(side.orders), dtype=np.int64))
     if keyed:
-        probe = pa.table({"k1": side.keys[0], "k2": side.keys[1], "i": position})
+        k1, k2 = keys if keys is not None else side.keys
+        probe = pa.table({"k1": k1, "k2": k2, "i": position})
         on = "l.k1 = o.k1 AND l.k2 = o.k2"
     else:
         probe = pa.table({"order_id": side.orders, "i": position})
@@ -104,8 +110,17 @@ def scan_rows(con: duckdb.DuckDBPyConnection, ledger_sql: str, side: BatchSide, 
     con.register("lp_orders", probe)
     try:
         table = con.execute(f"""
-            SELECT o.i, l.version, l.day, l.cents, l.deleted, l.floor
+            SELECT o.i, l.version, l.day, l.cents, l.deleted, l.floor{', l.history' if history else ''}
             FROM {ledger_sql} AS l JOIN lp_orders AS o ON {on}""").to_arrow_table()
     finally:
         con.unregister("lp_orders")
-    return table.select(key_index.PAYLOAD), table.column("i").to_numpy()
+    found, at = table.select(key_index.PAYLOAD), table.column("i").to_numpy()
+    if history:
+        lists = table.column("history").combine_chunks()
+        entries = pc.list_flatten(lists)
+        if len(entries):
+            parents = pc.list_parent_indices(lists).to_numpy()
+            dropped = pa.table([entries.field(n) for n in ("version", "day", "cents", "deleted")]
+                               + [pa.nulls(len(entries), pa.int64())], schema=found.schema)
+            found, at = pa.concat_tables([found, dropped]), np.concatenate([at, at[parents]])
+    return found, at

@@ -10,7 +10,9 @@ accepted so far), compute:
 * per affected order, the state before (its highest ledger version) and after (the highest of
   before and the new versions). Only a higher version changes the state, so the result does not
   depend on the order of events, and a tombstone can never be resurrected by an older version;
-* per-day deltas: retract the before state from its day, add the after state to its day.
+* per-day deltas: retract the before state from its day, add the after state to its day. They
+  are exact Python ints even where an int64 sum would wrap (a batch of huge cents values); the
+  publisher refuses a day whose total would leave int64 (``rewrite.check_totals``).
 
 The batch arrives sorted by (order_id, version, ...) (``identity.canonical``, the order its digest
 is computed in), so every step on the batch side is a vectorised comparison of neighbouring rows
@@ -21,7 +23,7 @@ this module reads no table and its work is proportional to the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, timedelta
 
 import numpy as np
@@ -29,12 +31,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakepub.errors import PayloadConflict
-from lakepub.keys import order_keys
+from lakepub.keys import ORDER_KEYS_VERSION, order_keys
 from lakepub.store.record import Counts
 
 _PAYLOAD = ["order_id", "version", "day", "cents", "deleted"]
 _EPOCH = date(1970, 1, 1)
 _NO_FLOOR = np.iinfo(np.int64).min
+_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 @dataclass(frozen=True)
@@ -85,8 +88,18 @@ class BatchSide:
     distinct: _Rows  # one row per distinct (order_id, version), sorted
     d_order: np.ndarray  # the order number (position in ``orders``) of each distinct row
     orders: pa.Array  # the batch's distinct order ids, sorted
-    keys: tuple[np.ndarray, np.ndarray]  # their order keys (lakepub.keys)
+    keys: tuple[np.ndarray, np.ndarray]  # their order keys (lakepub.keys, ORDER_KEYS_VERSION)
     conflict: tuple[str, int] | None  # a key with two payloads in the batch (blocks the publish)
+    _other_keys: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, repr=False, compare=False)
+
+    def keys_for(self, version: str | None) -> tuple[np.ndarray, np.ndarray]:
+        """The orders' keys by the ledger's key function (``None``: a ledger without keys, whose
+        rows drop them); computed once per other version (a ledger created before v2)."""
+        if version is None or version == ORDER_KEYS_VERSION:
+            return self.keys
+        if version not in self._other_keys:
+            self._other_keys[version] = order_keys(self.orders, version)
+        return self._other_keys[version]
 
 
 def prepare_batch(batch: pa.Table) -> BatchSide:
@@ -112,15 +125,16 @@ def prepare_batch(batch: pa.Table) -> BatchSide:
     return BatchSide(n_events, distinct, d_order, orders, order_keys(orders), conflict)
 
 
-def project(side: BatchSide, found: tuple[pa.Table, np.ndarray]) -> Projection:
+def project(side: BatchSide, found: tuple[pa.Table, np.ndarray], key_version: str | None = None) -> Projection:
     """Project a batch (its ``prepare_batch`` result) onto the ledger rows of its orders:
     ``found`` is what ``publish/lookup.py`` returns, the rows (version, day, cents, deleted,
-    floor) and, per row, the position of its order in ``side.orders``.
+    floor) and, per row, the position of its order in ``side.orders``. The new ledger rows get
+    the keys of the ledger's ``key_version`` (``layout.order_keys_version``).
     """
     if side.conflict is not None:
         raise PayloadConflict(side.conflict[0], side.conflict[1], "two payloads in this batch")
     n_events, distinct, d_order, orders = side.n_events, side.distinct, side.d_order, side.orders
-    k1, k2 = side.keys
+    k1, k2 = side.keys_for(key_version)
     prev, p_order = _Rows.of(found[0].combine_chunks()), found[1]
     n_orders = len(orders)
 
@@ -205,8 +219,17 @@ def _deltas(after: _Rows, after_rows: np.ndarray, before: _Rows, before_rows: np
     sum_n = np.zeros(len(uniq), dtype=np.int64)
     np.add.at(sum_cents, inverse, cents)
     np.add.at(sum_n, inverse, n)
-    return {_EPOCH + timedelta(days=int(d)): (int(c), int(o))
-            for d, c, o in zip(uniq, sum_cents, sum_n) if c != 0 or o != 0}
+    exact: list[int] = sum_cents.tolist()
+    # int64 sums wrap silently. No sum of these values can leave int64 when the largest magnitude
+    # times their count fits (one max over the batch); else the sums are redone exactly from
+    # 32-bit halves, each summed without overflow in int64, and recombined as Python ints.
+    if len(cents) * int(np.abs(cents).max()) > _INT64_MAX:
+        high, low = np.zeros(len(uniq), dtype=np.int64), np.zeros(len(uniq), dtype=np.int64)
+        np.add.at(high, inverse, cents >> 32)
+        np.add.at(low, inverse, cents & 0xFFFFFFFF)
+        exact = [(h << 32) + lo for h, lo in zip(high.tolist(), low.tolist())]
+    return {_EPOCH + timedelta(days=int(d)): (c, int(o))
+            for d, c, o in zip(uniq, exact, sum_n) if c != 0 or o != 0}
 
 
 def _take(rows: _Rows, idx: np.ndarray) -> _Rows:

@@ -41,11 +41,11 @@ from lakepub.publish.projection import BatchSide, Projection, prepare_batch, pro
 from lakepub.publish.rebase import ledger_files_added_since, touches_orders
 from lakepub.publish import published_state
 from lakepub.publish.published_state import PublishedState
-from lakepub.publish.rewrite import rewrite_partitions
+from lakepub.publish.rewrite import check_totals, rewrite_partitions
 from lakepub.store import audit, key_index
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode, reset_main
 from lakepub.store.layout import (
-    SUMMARY_ARROW, DatasetTables, day_partition_value, ensure_tables, ledger_arrow, load_tables,
+    HISTORY_ARROW, SUMMARY_ARROW, DatasetTables, day_partition_value, ensure_tables, ledger_arrow, load_tables, order_keys_version,
 )
 from lakepub.store.files import FileWriter
 from lakepub.store.write import append_files, partition_value, replace_partitions, transaction
@@ -171,7 +171,8 @@ class Publisher:
             if projection is not None and not self._commutes(tables.ledger, base_ledger, head, events):
                 projection = None  # a concurrent publish touched our orders: recompute
             if projection is None:
-                projection = project(prepared.side, self._lookup.rows(tables.ledger, head, prepared.side))
+                projection = project(prepared.side, self._lookup.rows(tables.ledger, head, prepared.side),
+                                     order_keys_version(tables.ledger))
                 base_ledger = head
             try:
                 return self._attempt(tables, previous, projection, identity, attempt)
@@ -231,15 +232,17 @@ class Publisher:
         # The ledger's new data file and key-index run are written in the background while the
         # partitions are rewritten.
         ledger_base = previous.ledger_snapshot if previous else None
+        grain = self.grain
+        state = self._published_state(tables.summary)
+        values = {day_partition_value(day, grain) for day in projection.deltas}
+        current = state.rows_of(values)
+        check_totals(self.spec.name, current, projection.deltas, grain)  # refused before anything is written
         ledger_file = runs = None
         if projection.new_ledger_rows.num_rows:
             rows = _ledger_rows(projection.new_ledger_rows, identity.batch_id, ledger_arrow(tables.ledger))
             ledger_file = FileWriter(tables.ledger.metadata, tables.ledger.io, plain=_LEDGER_PLAIN).submit([(None, rows)])
             runs = self._lookup.submit_runs_after(tables.ledger, ledger_base, projection.new_ledger_rows)
-        grain = self.grain
-        state = self._published_state(tables.summary)
-        values = {day_partition_value(day, grain) for day in projection.deltas}
-        rewrite = rewrite_partitions(state.rows_of(values), projection.deltas, grain)
+        rewrite = rewrite_partitions(current, projection.deltas, grain, self.spec.name)
         counts = replace(projection.counts, partitions_rewritten=len(rewrite.partitions))
         new_positions = positions.advance(previous.positions if previous else {}, identity.source, identity.end)
 
@@ -350,6 +353,8 @@ def _ledger_rows(rows: pa.Table, batch_id: str, schema: pa.Schema) -> pa.Table:
     columns["batch_id"] = pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows.num_rows, np.int32)),
                                                          pa.array([batch_id], pa.string()))
     columns["floor"] = pa.nulls(rows.num_rows, pa.int64())
+    if HISTORY_ARROW.name in schema.names:  # a compacted ledger: only compaction fills it
+        columns[HISTORY_ARROW.name] = pa.nulls(rows.num_rows, HISTORY_ARROW.type)
     return pa.table([columns[name] for name in schema.names], names=schema.names)
 
 

@@ -3,6 +3,11 @@
 Only partitions containing a day with a non-zero delta are rewritten; every other
 partition keeps its files. A correction that moves an order to another day retracts it from the
 old day's partition and adds it to the new one in the same rewrite, so both change in one commit.
+
+A day's total must stay within the int64 of the published ``cents`` column: ``check_totals``
+refuses a publish (``SumOverflow``, exit 2) whose delta would take a day outside it. It is a
+Python loop over the days the batch touches (a few hundred at most, microseconds), run by the
+publisher before it writes anything.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Mapping
 
 import pyarrow as pa
 
-from lakepub.errors import LakepubError
+from lakepub.errors import LakepubError, SumOverflow
 from lakepub.identity import recorded_checksum
 from lakepub.store.layout import SUMMARY_ARROW, partition_label
 
@@ -27,15 +32,30 @@ class PartitionRewrite:
     rows: dict[str, dict[date, tuple[int, int]]]  # label -> its new rows, day -> (cents, orders)
 
 
+_INT64_MAX = 2 ** 63 - 1
+
+
+def check_totals(dataset: str, current: Mapping[date, tuple[int, int]], deltas: dict[date, tuple[int, int]],
+                 grain: str) -> None:
+    """Refuse (``SumOverflow``) if applying ``deltas`` (exact ints) would take a day's total
+    cents above int64 (``current`` holds at least the days of ``deltas``)."""
+    for day, (d_cents, _) in deltas.items():
+        cents = current.get(day, (0, 0))[0] + d_cents
+        if cents > _INT64_MAX:
+            raise SumOverflow(dataset, day, partition_label(day, grain), cents)
+
+
 def rewrite_partitions(
     current: Mapping[date, tuple[int, int]],
     deltas: dict[date, tuple[int, int]],
     grain: str,
+    dataset: str = "",
 ) -> PartitionRewrite:
     """The new content of every partition holding a day with a non-zero delta.
 
     ``current`` holds (at least) the current (cents, orders) of every day of those partitions.
     """
+    check_totals(dataset, current, deltas, grain)
     labels = sorted({partition_label(day, grain) for day in deltas})
     merged = dict(current)  # days of other partitions, if any, are never read back below
     for day, (d_cents, d_orders) in deltas.items():

@@ -26,7 +26,8 @@ from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import DayTransform, IdentityTransform, MonthTransform, YearTransform
 from pyiceberg.types import BooleanType, DateType, LongType, NestedField, StringType
 
-from lakepub.keys import ORDER_KEYS_VERSION
+from lakepub.errors import ConfigError
+from lakepub.keys import ORDER_KEYS_VERSION, ORDER_KEYS_VERSIONS
 
 SUMMARY_SCHEMA = Schema(
     NestedField(1, "day", DateType(), required=False),
@@ -54,6 +55,10 @@ LEDGER_ARROW = pa.schema(
      ("k2", pa.int64())]
 )
 ORDER_KEYS_PROPERTY = "lakepub.order-keys"  # the lakepub.keys version whose k1/k2 the ledger stores
+# Added to the ledger by its first compaction (maintenance/compact.py): on an order's kept row,
+# the (version, payload) of every version compaction dropped below it.
+HISTORY_ARROW = pa.field("history", pa.list_(pa.struct(
+    [("version", pa.int64()), ("day", pa.date32()), ("cents", pa.int64()), ("deleted", pa.bool_())])))
 
 _TABLE_PROPERTIES = {
     "write.parquet.compression-codec": "zstd",
@@ -103,14 +108,29 @@ def ensure_tables(catalog: Catalog, namespace: str, dataset: str, grain: str) ->
 def has_order_keys(ledger: Table) -> bool:
     """Whether the ledger stores order keys (created by lakepub >= 0.2); older ledgers are
     looked up by order_id, which is correct, only slower."""
-    return ledger.metadata.properties.get(ORDER_KEYS_PROPERTY) == ORDER_KEYS_VERSION
+    return order_keys_version(ledger) is not None
+
+
+def order_keys_version(ledger: Table) -> str | None:
+    """The ``lakepub.keys`` version the ledger's k1/k2 are made with (kept for the ledger's life:
+    its stored keys are looked up with it), None for a ledger without order keys."""
+    version = ledger.metadata.properties.get(ORDER_KEYS_PROPERTY)
+    if version is not None and version not in ORDER_KEYS_VERSIONS:
+        raise ConfigError(f"ledger {'.'.join(ledger.name())} stores order keys '{version}', unknown to this "
+                          "lakepub version; upgrade lakepub to publish to it")
+    return version
 
 
 def ledger_arrow(ledger: Table) -> pa.Schema:
-    """The Arrow schema of the ledger's rows (without k1/k2 for a ledger created before them)."""
-    if has_order_keys(ledger):
-        return LEDGER_ARROW
-    return pa.schema([f for f in LEDGER_ARROW if f.name not in ("k1", "k2")])
+    """The Arrow schema of the ledger's rows (without k1/k2 for a ledger created before them;
+    with ``history`` once compacted)."""
+    schema = LEDGER_ARROW if has_order_keys(ledger) else pa.schema([f for f in LEDGER_ARROW if f.name not in ("k1", "k2")])
+    return schema.append(HISTORY_ARROW) if has_history(ledger) else schema
+
+
+def has_history(ledger: Table) -> bool:
+    """Whether the ledger has the ``history`` column (it has been compacted)."""
+    return HISTORY_ARROW.name in ledger.schema().column_names
 
 
 def load_tables(catalog: Catalog, namespace: str, dataset: str) -> DatasetTables:
