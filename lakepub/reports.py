@@ -45,6 +45,7 @@ class DatasetStatus:
     conflicts: int = 0
     stale_refused: int = 0
     landing: LandingStatus | None = None
+    metadata_location: str | None = None  # the catalog's: what an outside reader should open
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -112,6 +113,7 @@ def status(ws: Workspace, dataset: str, *, landing: str | None = None) -> Datase
         cents=int(cents),
         totals=record.totals if record else Counts(),
         landing=_landing(ws, dataset, positions.get(spec.source, {}), landing),
+        metadata_location=table.metadata_location,
         **refused,
     )
 

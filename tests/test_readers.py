@@ -122,6 +122,9 @@ def test_table_folder_reads_the_published_state_after_a_crashed_publish_and_the_
     def check() -> None:
         for guessing in (True, False):  # without the hint, guessing reads the crashed batch
             assert _folder_rows(ws_path, "orders_daily", guessing) == expected
+        location = cli("status", "orders_daily", "--format", "json").json()[0]["metadata_location"]
+        by_location = _outside_duckdb(False).execute(f"SELECT * FROM iceberg_scan('{location}')").fetchall()
+        assert sorted(by_location) == expected  # the other way in: the catalog's metadata location
         stems = _catalog_stems(ws_path)
         for table, stem in stems.items():  # the hint names the catalog's current metadata file
             assert _hint(ws_path, table) == stem
