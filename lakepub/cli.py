@@ -137,7 +137,11 @@ def run(ctx: click.Context, dataset: str, landing: Path | None, max_batch: int, 
 @click.pass_context
 @handle_errors
 def query(ctx: click.Context, sql: str, fmt: str) -> None:
-    """Run SQL in DuckDB over the published tables (one view per dataset, e.g. orders_daily)."""
+    """Run read-only SQL in DuckDB over the published tables (one view per dataset, e.g. orders_daily).
+
+    Only SELECT statements (also WITH, FROM-first, VALUES, DESCRIBE, SUMMARIZE, SHOW) and EXPLAIN
+    of one are accepted; DuckDB runs sandboxed: it reads the warehouse and no other file, writes
+    nothing, and cannot ATTACH, INSTALL, LOAD or change settings (exit 2)."""
     click.echo(output.render_query(_ws(ctx).query(sql), fmt))
 
 

@@ -3,19 +3,26 @@
 The extensions come from the ``duckdb-extension-*`` wheels pinned to the same version as
 ``duckdb``; they are loaded from their files, so nothing is downloaded at run time. ``avro`` is
 loaded before ``iceberg`` (otherwise iceberg would try to fetch it), ``httpfs`` only for S3.
+
+Two kinds of database: ``connect`` gives an unrestricted one (publishes, verify, compaction and
+``Workspace.connect()``), ``sandboxed`` a locked one for user SQL (``lakepub query``,
+``Workspace.query``): external access disabled except for the tables' folders, configuration
+locked, and only SELECT-like statements accepted (``check_read_only``). DuckDB's settings are per
+database, so the two never share one: locking the sandbox does not lock the other connections.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 import threading
 from pathlib import Path
-from typing import Mapping
+from typing import Iterable, Mapping
 from urllib.parse import urlparse
 
 import duckdb
 
-from lakepub.errors import ConfigError
+from lakepub.errors import ConfigError, QueryError
 
 
 def extension_path(name: str) -> Path:
@@ -47,6 +54,79 @@ def connect(catalog_properties: Mapping[str, str] | None = None, *, s3: bool | N
         if base is None:
             base = _BASES[key] = _new_database(dict(catalog_properties or {}), s3)
     return base.cursor()
+
+
+def sandboxed(catalog_properties: Mapping[str, str] | None, allowed_directories: Iterable[str]) -> duckdb.DuckDBPyConnection:
+    """A connection to a locked database that can read only under ``allowed_directories``.
+
+    After the extensions (and the S3 secret) are loaded: ``allowed_directories`` (folders, or
+    ``s3://bucket/prefix/`` for an S3 warehouse; httpfs honours it), ``enable_external_access=false``
+    (no other file or URL, no ATTACH, INSTALL or LOAD) and ``lock_configuration=true`` (no SET can
+    undo it). ``allowed_directories`` grants writes too, so run only what ``check_read_only``
+    accepts. Like ``connect``, one database per configuration (and directory set) is kept for the
+    process; views must be TEMP views.
+    """
+    folders = tuple(sorted({d if d.endswith("/") else d + "/" for d in allowed_directories}))
+    props = dict(catalog_properties or {})
+    key = tuple(sorted((str(k), str(v)) for k, v in props.items())) + (("sandbox", repr(folders)),)
+    with _LOCK:
+        base = _BASES.get(key)
+        if base is None:
+            base = _new_database(props, None)
+            listed = ", ".join(f"'{_q(f)}'" for f in folders)
+            base.execute(f"SET allowed_directories=[{listed}]")
+            base.execute("SET enable_external_access=false")
+            base.execute("SET lock_configuration=true")
+            _BASES[key] = base
+    return base.cursor()
+
+
+def sandbox_directories(warehouse: str | None, metadata_locations: Iterable[str]) -> list[str]:
+    """The folders a sandboxed query may read: the warehouse (when it is a path or URI rather than
+    a REST catalog's warehouse name) and the folder of every table outside it."""
+    folders: list[str] = []
+    if warehouse and ("://" in warehouse or warehouse.startswith("/")):
+        folders.append(warehouse.rstrip("/") + "/")
+    for location in metadata_locations:
+        table_folder = location.rsplit("/metadata/", 1)[0] + "/"
+        if not any(table_folder.startswith(f) for f in folders):
+            folders.append(table_folder)
+    return folders
+
+
+READ_ONLY_HELP = ("only SELECT statements (also WITH ..., FROM ..., VALUES, DESCRIBE, SUMMARIZE, SHOW) "
+                  "and EXPLAIN [ANALYZE] of one are allowed")
+_EXPLAIN = re.compile(r"^(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^()]*\)\s*)?",
+                      re.IGNORECASE | re.DOTALL)
+
+
+def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Raise QueryError unless every statement of ``sql`` is a SELECT or an EXPLAIN of a SELECT.
+
+    EXPLAIN ANALYZE runs the statement it explains, so that one is checked too; an EXPLAIN whose
+    inner statement cannot be isolated is refused.
+    """
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise QueryError(f"query failed: {' '.join(str(exc).split())}") from None
+    for number, statement in enumerate(statements, 1):
+        kind = statement.type
+        if kind == duckdb.StatementType.EXPLAIN:
+            match = _EXPLAIN.match(statement.query)
+            try:
+                inner = con.extract_statements(statement.query[match.end():]) if match else []
+            except duckdb.Error:
+                inner = []
+            if len(inner) == 1 and inner[0].type == duckdb.StatementType.SELECT:
+                continue
+            kind_name = "EXPLAIN of a statement that is not a SELECT"
+        elif kind == duckdb.StatementType.SELECT:
+            continue
+        else:
+            kind_name = kind.name
+        where = f" (statement {number} of {len(statements)})" if len(statements) > 1 else ""
+        raise QueryError(f"lakepub query is read-only: {kind_name}{where} is refused; {READ_ONLY_HELP}")
 
 
 def _new_database(props: dict[str, str], s3: bool | None) -> duckdb.DuckDBPyConnection:

@@ -45,6 +45,7 @@ class DatasetStatus:
     stale_refused: int = 0
     landing: LandingStatus | None = None
     note: str | None = None  # e.g. the current snapshot was written outside lakepub
+    metadata_location: str | None = None  # the catalog's: what an outside reader should open
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -115,6 +116,7 @@ def status(ws: Workspace, dataset: str, *, landing: str | None = None) -> Datase
         landing=_landing(ws, dataset, positions.get(spec.source, {}), landing),
         note=(f"current {describe(foreign)}; positions and totals are those of lakepub's last publish "
               "('lakepub verify' checks its data)") if foreign is not None else None,
+        metadata_location=table.metadata_location,
         **refused,
     )
 

@@ -169,19 +169,35 @@ class Workspace:
         return out
 
     def connect(self) -> duckdb.DuckDBPyConnection:
-        """A DuckDB connection with a view per published dataset, pinned to its published snapshot."""
+        """A DuckDB connection with a view per published dataset, pinned to its published snapshot.
+
+        Unrestricted, for Python code that owns the process: it can read and write any file
+        (``COPY ... TO``), ATTACH and load extensions, like any DuckDB connection, and nothing stops
+        it from overwriting the warehouse's files. Run SQL you did not write through ``query``,
+        which is sandboxed.
+        """
         con = duck.connect(self.config.catalog)
         for name, location in self.published_tables().items():
             con.execute(f'CREATE TEMP VIEW "{name}" AS SELECT * FROM {duck.scan_sql(location)}')
         return con
 
     def query(self, sql: str) -> pa.Table:
-        con = self.connect()
+        """Run read-only SQL over the published datasets (what ``lakepub query`` runs).
+
+        Sandboxed (``duck.sandboxed``): only SELECT statements and EXPLAIN of one are accepted, and
+        the database can read only the tables' folders in the warehouse (no other file, no
+        writes, no ATTACH, INSTALL, LOAD or SET). Anything else raises QueryError (exit 2).
+        """
+        published = self.published_tables()
+        folders = duck.sandbox_directories(self.config.catalog.get("warehouse"), published.values())
+        con = duck.sandboxed(self.config.catalog, folders)
         try:
+            duck.check_read_only(con, sql)
+            for name, location in published.items():
+                con.execute(f'CREATE TEMP VIEW "{name}" AS SELECT * FROM {duck.scan_sql(location)}')
             return con.execute(sql).to_arrow_table()
         except duckdb.Error as exc:
             message = " ".join(str(exc).split())
-            published = self.published_tables()
             unpublished = [n for n in self.config.datasets if n not in published and n in message]
             if isinstance(exc, duckdb.CatalogException) and unpublished:
                 raise QueryError(f"dataset '{unpublished[0]}' has no published snapshot yet; "

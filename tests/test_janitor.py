@@ -119,6 +119,11 @@ def referenced_files(root: Path) -> set[str]:
             for manifest in snapshot.manifests(table.io):
                 out.add(manifest.manifest_path)
                 out.update(e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True))
+        hint = f"{table.location()}/metadata/version-hint.text"
+        if table.io.new_input(hint).exists():  # written after each commit (store/version_hint.py)
+            out.add(hint)  # kept, and so is the metadata file it names
+            with table.io.new_input(hint).open() as stream:
+                out.add(f"{table.location()}/metadata/{stream.read().decode()}.metadata.json")
     return out
 
 

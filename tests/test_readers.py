@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as _dt
+
 from lakepub import duck
 from lakepub.generate import generate_stream
 from lakepub.store.record import published_history
@@ -65,3 +67,110 @@ def test_manifest_entries_remembered_by_the_writer_equal_the_committed_manifest(
     assert sorted(map(fields, remembered)) == sorted(map(fields, manifest.fetch_manifest_entry(table.io,
                                                                                                discard_deleted=True)))
     assert any(e.status.name == "ADDED" for e in remembered) and any(e.status.name == "EXISTING" for e in remembered)
+
+
+# --- readers outside lakepub: the table folder and its version hint ---------------------------
+
+import duckdb as _duckdb  # noqa: E402
+import pytest  # noqa: E402
+
+from conftest import A1, A2, B1, B2, set_commit_mode, write_jsonl  # noqa: E402
+
+
+def _outside_duckdb(guessing: bool) -> _duckdb.DuckDBPyConnection:
+    """A plain DuckDB connection, as a user outside lakepub would open one."""
+    con = _duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
+    for name in ("avro", "iceberg"):
+        con.execute(f"LOAD '{duck.extension_path(name)}'")
+    if guessing:  # the habit this defends against: "read the newest metadata file"
+        con.execute("SET unsafe_enable_version_guessing=true")
+    return con
+
+
+def _folder_rows(ws_path, table: str, guessing: bool) -> list[tuple]:
+    folder = ws_path / ".lakepub" / "warehouse" / "lakepub" / table
+    con = _outside_duckdb(guessing)
+    return sorted(con.execute(f"SELECT * FROM iceberg_scan('{folder}')").fetchall())
+
+
+def _hint(ws_path, table: str) -> str:
+    return (ws_path / ".lakepub" / "warehouse" / "lakepub" / table / "metadata" / "version-hint.text").read_text()
+
+
+def _catalog_stems(ws_path) -> dict[str, str]:
+    fresh = Workspace.open(ws_path)
+    out = {}
+    for table in ("orders_daily", "orders_daily__ledger"):
+        location = fresh.catalog.load_table(("lakepub", table)).metadata_location
+        out[table] = location.rsplit("/", 1)[1].removesuffix(".metadata.json")
+    return out
+
+
+@pytest.mark.parametrize("mode", ["atomic", "ordered"])
+def test_table_folder_reads_the_published_state_after_a_crashed_publish_and_the_janitor(ws_path, cli, cli_process, mode):
+    set_commit_mode(ws_path, mode)
+    assert cli("publish", "orders_daily", "--events", str(write_jsonl(ws_path / "b1.jsonl", [A1, B1])),
+               "--start", "{}", "--end", '{"p0":2}').code == 0
+    batch = write_jsonl(ws_path / "b2.jsonl", [A2, B2])
+    crashed = cli_process("publish", "orders_daily", "--events", str(batch), "--start", '{"p0":2}', "--end", '{"p0":4}',
+                          env={"LAKEPUB_FAULT": "before-pointer-swap"})
+    assert crashed.code == -9, crashed.err
+    published = cli("query", "SELECT day, cents, orders FROM orders_daily ORDER BY day", "--format", "json")
+    expected = sorted((_dt.date.fromisoformat(r["day"]), r["cents"], r["orders"]) for r in published.json())
+    assert expected == [(_dt.date(2025, 10, 1), 170, 2)]
+
+    def check() -> None:
+        for guessing in (True, False):  # without the hint, guessing reads the crashed batch
+            assert _folder_rows(ws_path, "orders_daily", guessing) == expected
+        location = cli("status", "orders_daily", "--format", "json").json()[0]["metadata_location"]
+        by_location = _outside_duckdb(False).execute(f"SELECT * FROM iceberg_scan('{location}')").fetchall()
+        assert sorted(by_location) == expected  # the other way in: the catalog's metadata location
+        stems = _catalog_stems(ws_path)
+        for table, stem in stems.items():  # the hint names the catalog's current metadata file
+            assert _hint(ws_path, table) == stem
+        ledger = Workspace.open(ws_path).catalog.load_table(("lakepub", "orders_daily__ledger")).scan().to_arrow()
+        assert len(_folder_rows(ws_path, "orders_daily__ledger", True)) == ledger.num_rows
+
+    check()
+    assert cli("janitor", "--older-than", "0s").code == 0  # deletes the crashed publish's metadata files
+    check()
+    assert cli("verify", "orders_daily", "--deep").code == 0
+
+    retried = cli("publish", "orders_daily", "--events", str(batch), "--start", '{"p0":2}', "--end", '{"p0":4}')
+    assert retried.code == 0, retried.err
+    expected = [(_dt.date(2025, 10, 2), 150, 1)]
+    check()
+
+
+def test_compaction_and_expiry_keep_the_hint_on_the_current_metadata(ws_path, cli, ws):
+    for offset, event in enumerate([A1, B1, A2, B2]):
+        ws.publish("orders_daily", [event], start={"p0": offset}, end={"p0": offset + 1})
+    assert cli("compact", "orders_daily").code == 0
+    stems = _catalog_stems(ws_path)
+    assert {t: _hint(ws_path, t) for t in stems} == stems
+    assert len(_folder_rows(ws_path, "orders_daily__ledger", False)) == 2  # one row per order after compaction
+    assert cli("janitor", "--older-than", "0s", "--retain-last", "1").code == 0  # expiry commits new metadata
+    stems = _catalog_stems(ws_path)
+    assert {t: _hint(ws_path, t) for t in stems} == stems
+    assert _folder_rows(ws_path, "orders_daily", False) == [(_dt.date(2025, 10, 2), 150, 1)]
+    metadata = ws_path / ".lakepub" / "warehouse" / "lakepub" / "orders_daily" / "metadata"
+    assert (metadata / "version-hint.text").exists() and (metadata / f"{stems['orders_daily']}.metadata.json").exists()
+
+
+def test_janitor_keeps_the_metadata_file_a_lagging_hint_names(ws_path, cli, ws):
+    """A crash between a commit and its hint write leaves the hint one commit behind: the file it
+    names must survive the janitor even once it has left the metadata log."""
+    ws.publish("orders_daily", [A1], start={}, end={"p0": 1})
+    table = ws.catalog.load_table(("lakepub", "orders_daily"))
+    table.transaction().set_properties({"write.metadata.previous-versions-max": "1"}).commit_transaction()
+    lagging = _hint(ws_path, "orders_daily")
+    for offset, event in enumerate([B1, A2], start=1):
+        ws.publish("orders_daily", [event], start={"p0": offset}, end={"p0": offset + 1})
+    metadata = ws_path / ".lakepub" / "warehouse" / "lakepub" / "orders_daily" / "metadata"
+    (metadata / "version-hint.text").write_text(lagging)  # as if the last two hint writes were lost
+    table = ws.catalog.load_table(("lakepub", "orders_daily"))
+    assert lagging not in {e.metadata_file.rsplit("/", 1)[1].removesuffix(".metadata.json") for e in table.metadata.metadata_log}
+
+    assert cli("janitor", "--older-than", "0s", "--retain-last", "10").code == 0
+    assert (metadata / f"{lagging}.metadata.json").exists()
+    assert _folder_rows(ws_path, "orders_daily", False) == [(_dt.date(2025, 10, 1), 100, 1)]  # older, published

@@ -17,7 +17,8 @@ it is older than the window AND none of these keeps it:
 ``commit_expiry`` uses pyiceberg's builders (``ManageSnapshots.remove_branch``,
 ``ExpireSnapshots.by_ids``) to stage the change, then commits it with one requirement per ref
 the plan was made against, so a concurrent change of any ref fails the commit (the caller
-re-plans) instead of being rebased silently.
+re-plans) instead of being rebased silently. Once it lands, the table folder's version hint is
+moved to the new metadata file (``store/version_hint.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID, TableRequirement
 from pyiceberg.table.update.snapshot import ExpireSnapshots, ManageSnapshots
 from sqlalchemy.exc import OperationalError
+
+from lakepub.store.version_hint import write_version_hint
 
 STAGING_PREFIX = "lakepub-staging-"
 DEFAULT_RETAIN_LAST = 5
@@ -156,13 +159,14 @@ def commit_expiry(table: Table, plan: ExpiryPlan) -> Table:
           for name, ref in sorted(table.metadata.refs.items())),
     )
     try:
-        table.catalog.commit_table(table, requirements, updates)
+        response = table.catalog.commit_table(table, requirements, updates)
     except (CommitFailedException, ValueError) as exc:  # ValueError: a snapshot vanished (another janitor)
         raise ExpiryConflict(" ".join(str(exc).split())) from exc
     except OperationalError as exc:  # e.g. SQLite "database is locked"; the CAS did not land
         if "locked" not in str(exc).lower():
             raise
         raise ExpiryConflict(" ".join(str(exc.orig).split())) from exc
+    write_version_hint(table.io, response.metadata.location, response.metadata_location)
     return table.catalog.load_table(table.name())
 
 

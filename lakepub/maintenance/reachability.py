@@ -8,6 +8,9 @@ Referenced files of a table, as Iceberg's remove-orphan-files counts them:
   *live* (added or existing) data or delete file in those manifests. An entry with status DELETED
   is a tombstone: the file it names is only live in older snapshots;
 * lakepub's own: the key-index runs a ledger snapshot's summary names (``store/key_index.py``).
+* lakepub's own: ``metadata/version-hint.text`` and the metadata file it names
+  (``store/version_hint.py``), which is the current one unless a crash or a concurrent writer
+  left the hint behind; then it is kept so that the hint never names a deleted file.
 
 Manifest lists and manifests are immutable, so their contents are cached by path: a second pass
 over re-loaded metadata (right before deleting) only reads what a concurrent commit added.
@@ -25,6 +28,7 @@ from pyiceberg.table.snapshots import Snapshot
 
 from lakepub.maintenance.filestore import normalize
 from lakepub.store.key_index import referenced_paths
+from lakepub.store.version_hint import hint_location, read_version_hint
 
 Progress = Callable[[str, int, int], None]
 """``progress(label, done, total)``, called while manifests are read."""
@@ -97,7 +101,16 @@ class Reachability:
     def referenced(self, table: Table, keep: Callable[[Snapshot], bool] | None = None) -> set[str]:
         """Every file the table's metadata references; with ``keep``, only those snapshots'."""
         snapshots = [s for s in table.metadata.snapshots if keep is None or keep(s)]
-        return self.metadata_files(table.metadata, table.metadata_location) | self.snapshot_files(snapshots, table.location())
+        return (self.metadata_files(table.metadata, table.metadata_location) | self.hint_files(table)
+                | self.snapshot_files(snapshots, table.location()))
+
+    def hint_files(self, table: Table) -> set[str]:
+        """The version hint and the metadata file it names (read afresh: a commit moves it)."""
+        out = {normalize(hint_location(table.location()))}
+        hinted = read_version_hint(self.io, table.location())
+        if hinted is not None:
+            out.add(normalize(hinted))
+        return out
 
 
 def live_partition_labels(table: Table, reach: Reachability) -> set[str]:

@@ -15,6 +15,9 @@ tables what ``SqlCatalog.commit_table`` does for one:
 A table can take part with requirements only (no updates): its pointer is compare-and-set to
 itself, which makes the commit fail if that table moved in the meantime.
 
+After a confirmed commit (both modes), each moved table's ``metadata/version-hint.text`` is
+pointed at its new metadata file for readers of the table folder (``store/version_hint.py``).
+
 This uses non-public pyiceberg methods, hence the exact pin in pyproject.toml; the tests cover it.
 """
 
@@ -42,6 +45,7 @@ from sqlalchemy.orm import Session
 
 from lakepub.errors import ConfigError, OutcomeUnknown
 from lakepub.faults import fault_point
+from lakepub.store.version_hint import write_version_hint
 
 
 class CommitConflict(Exception):
@@ -125,7 +129,7 @@ def commit_in_order(catalog: Catalog, changes: list[TableChange]) -> None:
         if last:
             fault_point("before-pointer-swap")
         try:
-            catalog.commit_table(change.table, requirements, updates)
+            response = catalog.commit_table(change.table, requirements, updates)
         except CommitFailedException as exc:
             raise CommitConflict(str(exc)) from exc
         except Exception as exc:
@@ -133,6 +137,7 @@ def commit_in_order(catalog: Catalog, changes: list[TableChange]) -> None:
                 raise CommitConflict(f"commit of {'.'.join(change.table.name())} failed: {exc}") from exc
             raise OutcomeUnknown(f"catalog did not confirm the commit: {' '.join(str(exc).split())}") from exc
         delete_merged_away_manifests(change)
+        write_version_hint(change.table.io, response.metadata.location, response.metadata_location)
 
 
 def commit_atomically(catalog: Catalog, changes: list[TableChange]) -> dict[str, str]:
@@ -143,6 +148,7 @@ def commit_atomically(catalog: Catalog, changes: list[TableChange]) -> dict[str,
     """
     require_atomic_commit(catalog)
     staged: list[tuple[tuple[str, ...], str, str]] = []
+    hints = []  # (io, table location, new metadata location), written once the swap is confirmed
     for change in changes:
         # Staged on the table as loaded when the transaction began: if another writer moved it
         # since, the compare-and-set of its metadata location below fails (CommitConflict).
@@ -158,12 +164,15 @@ def commit_atomically(catalog: Catalog, changes: list[TableChange]) -> dict[str,
                 metadata=new.metadata, io=new.io, metadata_path=new.metadata_location
             )
             staged.append((ident, current.metadata_location, new.metadata_location))
+            hints.append((change.table.io, new.metadata.location, new.metadata_location))
         else:
             staged.append((ident, current.metadata_location, current.metadata_location))
     fault_point("before-pointer-swap")
     _swap_pointers(catalog, staged)
     for change in changes:
         delete_merged_away_manifests(change)
+    for io, table_location, metadata_location in hints:
+        write_version_hint(io, table_location, metadata_location)
     return {".".join(ident): new for ident, _, new in staged}
 
 

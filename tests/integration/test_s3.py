@@ -48,3 +48,49 @@ def test_publish_query_and_verify_on_s3(s3_endpoint, make_workspace, tmp_path):
     report = reports.verify(ws, DATASET, deep=True)
     assert report.ok, report.mismatches
     assert report.deep and report.partitions_checked >= 1
+
+
+def test_query_sandbox_reads_the_s3_warehouse_and_nothing_else(s3_endpoint, make_workspace, tmp_path):
+    """`lakepub query`'s sandbox allows ``s3://bucket/prefix/`` (httpfs honours allowed_directories)
+    and keeps the secret: the views read, other keys of the bucket do not, nothing is written."""
+    from lakepub.errors import QueryError
+
+    prefix = "sandboxed"
+    catalog = {
+        "name": "lakepub", "type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}",
+        "warehouse": f"s3://{s3_endpoint.bucket}/{prefix}", **s3_endpoint.s3_properties(),
+    }
+    ws = Workspace.open(make_workspace(catalog))
+    ws.publish(DATASET, SEED_EVENTS[:1], start={}, end={"p0": 1})
+    s3_endpoint.client().put_object(Bucket=s3_endpoint.bucket, Key="outside/secret.csv", Body=b"x\n42\n")
+    keys = s3_endpoint.keys("")
+
+    assert ws.query(f"SELECT sum(cents) AS c FROM {DATASET}").to_pylist() == [{"c": 100}]
+    with pytest.raises(QueryError, match="disabled by configuration"):
+        ws.query(f"SELECT * FROM read_csv('s3://{s3_endpoint.bucket}/outside/secret.csv')")
+    with pytest.raises(QueryError, match="only SELECT"):
+        ws.query(f"COPY (SELECT 1 AS x) TO 's3://{s3_endpoint.bucket}/{prefix}/x.csv'")
+    assert s3_endpoint.keys("") == keys
+    assert reports.verify(ws, DATASET, deep=True).ok
+
+
+def test_table_folder_on_s3_reads_through_its_version_hint(s3_endpoint, make_workspace, tmp_path):
+    """The hint is written to S3 too (one object write): DuckDB reads the table folder itself."""
+    from lakepub import duck
+
+    prefix = "hinted"
+    catalog = {
+        "name": "lakepub", "type": "sql", "uri": f"sqlite:///{tmp_path / 'catalog.db'}",
+        "warehouse": f"s3://{s3_endpoint.bucket}/{prefix}", **s3_endpoint.s3_properties(),
+    }
+    ws = Workspace.open(make_workspace(catalog))
+    for offset, event in enumerate(SEED_EVENTS):
+        ws.publish(DATASET, [event], start={"p0": offset}, end={"p0": offset + 1})
+    location = ws.published_tables()[DATASET]
+    folder = location.rsplit("/metadata/", 1)[0]
+    body = s3_endpoint.client().get_object(Bucket=s3_endpoint.bucket,
+                                           Key=f"{prefix}/lakepub/{DATASET}/metadata/version-hint.text")["Body"].read()
+    assert body.decode() == location.rsplit("/", 1)[1].removesuffix(".metadata.json")
+    con = duck.connect(ws.config.catalog)
+    rows = con.execute(f"SELECT day::VARCHAR, cents, orders FROM iceberg_scan('{folder}') ORDER BY day").fetchall()
+    assert rows == summary_rows(ws) == [("2025-10-02", 150, 1)]
