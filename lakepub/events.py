@@ -314,8 +314,6 @@ def _locate_jsonl_error(fh: BinaryIO, where: str) -> bool:
         except json.JSONDecodeError as exc:
             raise InvalidEvent(f"{where}:{lineno}", "-", f"is not valid JSON ({exc.msg})") from None
         problem = validate_record(record)
-        if problem is None and not _is_utf8(line):
-            problem = "-", "is not valid UTF-8 text"
         if problem:
             raise InvalidEvent(f"{where}:{lineno}", *problem)
     return seen

@@ -95,7 +95,11 @@ class Workspace:
 
     def publish(self, dataset: str, events: EventsInput, *, source: str | None = None,
                 start: Mapping[str, int] | str, end: Mapping[str, int] | str) -> PublishResult:
-        """Publish one batch; returns the snapshot id, batch identity and counts."""
+        """Publish one batch; returns the snapshot id, batch identity and counts.
+
+        ``events``: a JSONL or Parquet file (``"-"``: standard input), an Arrow table or dicts;
+        all are validated before the catalog is touched. ``source=None`` is the dataset's source.
+        """
         spec = self.dataset(dataset)
         source = spec.source if source is None else positions.check_name(source, "source")
         start_v = positions.parse_vector(start, "start")
