@@ -209,8 +209,8 @@ def _conform(col: pa.ChunkedArray, field: pa.Field, where: str) -> pa.ChunkedArr
         return _cast_or_locate(col, target, field.name, where, lambda v: v is None or v <= _INT64_MAX,
                                "does not fit a 64-bit integer")
     if target == pa.date32() and pa.types.is_date64(kind):
-        return _cast_or_locate(col, target, field.name, where, lambda v: v is None or isinstance(v, date),
-                               "is not a whole day")
+        return _cast_or_locate(col, target, field.name, where, lambda v: v is None or v % 86_400_000 == 0,
+                               "is not a whole day (milliseconds since 1970)")
     if target == pa.date32() and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
         return _cast_or_locate(col, target, field.name, where, lambda v: v is None or _as_date(_text(v)) is not None,
                                f"must be {_DAY_RANGE}", show=_text)
@@ -243,14 +243,17 @@ def _check_utf8(col: pa.ChunkedArray, name: str, where: str) -> None:
         for row, value in enumerate(_py_values(col)):
             if isinstance(value, bytes) and not _utf8(value):
                 raise InvalidEvent(f"{where} row {row + 1}", name, f"is not valid UTF-8 text, got {value!r}") from None
-        raise
+        raise InvalidEvent(where, name, "is not a valid string column") from None
 
 
 def _py_values(col: pa.ChunkedArray) -> Iterable[Any]:
-    """Python values of a column, string bytes undecoded (only on the error path)."""
+    """Python values of a column, string bytes undecoded and date64 as its milliseconds (only on
+    the error path)."""
     for chunk in col.chunks:
         if pa.types.is_string(chunk.type) or pa.types.is_large_string(chunk.type):
             chunk = chunk.view(pa.binary() if pa.types.is_string(chunk.type) else pa.large_binary())
+        elif pa.types.is_date64(chunk.type):
+            chunk = chunk.view(pa.int64())
         yield from chunk.to_pylist()
 
 
