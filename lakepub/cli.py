@@ -58,9 +58,11 @@ def init(folder: Path, force: bool) -> None:
 
 @main.command()
 @click.argument("dataset")
-@click.option("--events", "events_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Events file: JSON Lines (.jsonl) or Parquet (.parquet).")
-@click.option("--source", default=None, help="Source name (default: the dataset's source).")
+@click.option("--events", "events_path", required=True,
+              type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+              help="Events file: JSON Lines (.jsonl) or Parquet (.parquet); - reads standard input.")
+@click.option("--source", default=None,
+              help="Source name (default: the dataset's source); letters, digits, _ . -")
 @click.option("--start", required=True, help='Start position vector, e.g. \'{"p0": 0}\'.')
 @click.option("--end", required=True, help='End position vector, e.g. \'{"p0": 4}\'.')
 @format_option

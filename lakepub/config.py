@@ -16,6 +16,10 @@ Catalog keys are passed unchanged except that ``${VAR}`` is expanded from the en
 relative SQLite path or a relative warehouse folder is resolved against the workspace folder, so a
 workspace can be moved or cloned. Any other catalog (PostgreSQL URI, S3 warehouse, Glue, REST) is
 used exactly as written.
+
+The files are checked against pydantic models that forbid unknown keys (a misspelt ``comit:``
+would otherwise be silently ignored) and wrong types; ``catalog:`` stays a free mapping. Every
+problem is one ``ConfigError`` line naming the file and the key path (``constraints.primary_key``).
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lakepub.errors import ConfigError, UnknownDataset
+from lakepub.positions import NAME_RULE, valid_name
 
 CONFIG_FILE = "lakepub.yaml"
 PARTITION_GRAINS = ("day", "month", "year")
@@ -100,25 +106,112 @@ def find_root(start: Path) -> Path:
     raise ConfigError(f"no {CONFIG_FILE} in {start} or any parent folder; run 'lakepub init' first")
 
 
+# --- the files' models: unknown keys and wrong types are refused --------------------------------
+
+
+class _File(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _WorkspaceFile(_File):
+    catalog: dict  # free: passed to pyiceberg's load_catalog
+    namespace: str = "lakepub"
+    catalog_dir: str = "catalog"
+    landing: str = "landing"
+    commit: Literal["auto", "atomic", "ordered"] = "auto"
+    key_index: bool = True
+
+
+class _DatasetFile(_File):
+    name: str
+    source: str
+    contract: str
+    partition: str = "month"
+    description: str = ""
+
+    @field_validator("description", mode="before")
+    @classmethod
+    def _no_description(cls, value: Any) -> Any:
+        return "" if value is None else value
+
+
+class _Constraints(_File):
+    primary_key: list[str] = Field(default_factory=list)
+    not_null: list[str] = Field(default_factory=list)
+
+
+class _ContractFile(_File):
+    name: str
+    version: str
+    fields: dict = Field(default_factory=dict)
+    constraints: _Constraints = Field(default_factory=_Constraints)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _numeric_version(cls, value: Any) -> Any:  # `version: 1.0` is a YAML float
+        return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+    @field_validator("fields", "constraints", mode="before")
+    @classmethod
+    def _empty(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+
+_KINDS = {"string_type": "a string", "bool_type": "true or false", "dict_type": "a mapping",
+          "model_type": "a mapping", "model_attributes_type": "a mapping", "list_type": "a list"}
+_SPECIAL = {("catalog",): "must be a mapping of pyiceberg catalog properties",
+            ("fields",): "must map field names to types"}
+
+
+def _parse(model: type[BaseModel], raw: dict[str, Any], path: Path) -> Any:
+    """``raw`` as ``model``, or one ConfigError line naming the file and the key path."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(str(part) for part in err["loc"])
+        key, kind, got = ".".join(loc), err["type"], _short(err.get("input"))
+    if kind == "missing" or (got == "None" and len(loc) == 1 and model.model_fields[loc[0]].is_required()):
+        raise ConfigError(f"{path}: '{key}' is required") from None
+    if kind == "extra_forbidden":
+        known = f" (known keys: {', '.join(model.model_fields)})" if len(loc) == 1 else ""
+        raise ConfigError(f"{path}: unknown key '{key}'{known}") from None
+    if loc in _SPECIAL:
+        raise ConfigError(f"{path}: '{key}' {_SPECIAL[loc]}") from None
+    if kind in _KINDS:
+        raise ConfigError(f"{path}: '{key}' must be {_KINDS[kind]}, not {got}") from None
+    if kind == "literal_error":
+        raise ConfigError(f"{path}: '{key}' must be one of {err['ctx']['expected']}, not {got}") from None
+    raise ConfigError(f"{path}: '{key}' {err['msg'].lower()}, not {got}") from None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# --- loading ----------------------------------------------------------------------------------
+
+
 def load_workspace(root: Path) -> WorkspaceConfig:
     root = Path(root).resolve()
-    raw = _read_yaml(root / CONFIG_FILE)
-    catalog = raw.get("catalog")
-    if not isinstance(catalog, dict) or not catalog:
-        raise ConfigError(f"{root / CONFIG_FILE}: 'catalog' must be a mapping of pyiceberg catalog properties")
-    resolved = {str(k): _resolve(str(k), os.path.expandvars(str(v)), root) for k, v in catalog.items()}
-    catalog_dir = Path(raw.get("catalog_dir", "catalog"))
-    cfg = WorkspaceConfig(
+    path = root / CONFIG_FILE
+    raw = _read_yaml(path)
+    if not isinstance(raw.get("catalog"), dict) or not raw["catalog"]:
+        raise ConfigError(f"{path}: 'catalog' must be a mapping of pyiceberg catalog properties")
+    parsed: _WorkspaceFile = _parse(_WorkspaceFile, raw, path)
+    resolved = {str(k): _resolve(str(k), os.path.expandvars(str(v)), root) for k, v in parsed.catalog.items()}
+    catalog_dir = Path(parsed.catalog_dir)
+    return WorkspaceConfig(
         root=root,
         catalog=resolved,
-        namespace=str(raw.get("namespace", "lakepub")),
+        namespace=parsed.namespace,
         catalog_dir=catalog_dir,
-        landing=Path(raw.get("landing", "landing")),
-        commit=str(raw.get("commit", "auto")),
-        key_index=_flag(raw, "key_index", True, root / CONFIG_FILE),
+        landing=Path(parsed.landing),
+        commit=parsed.commit,
+        key_index=parsed.key_index,
         datasets=load_datasets(root / catalog_dir),
     )
-    return cfg
 
 
 def load_datasets(catalog_dir: Path) -> dict[str, DatasetSpec]:
@@ -126,22 +219,23 @@ def load_datasets(catalog_dir: Path) -> dict[str, DatasetSpec]:
     datasets: dict[str, DatasetSpec] = {}
     folder = catalog_dir / "datasets"
     for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
-        raw = _read_yaml(path)
-        name = _required(raw, "name", path)
-        ref = _required(raw, "contract", path)
-        if ref not in contracts:
-            raise ConfigError(f"{path}: contract '{ref}' not found in {catalog_dir / 'contracts'}")
-        partition = str(raw.get("partition", "month"))
-        if partition not in PARTITION_GRAINS:
-            raise ConfigError(f"{path}: partition must be one of {', '.join(PARTITION_GRAINS)}, got '{partition}'")
-        if not name.isidentifier():
-            raise ConfigError(f"{path}: dataset name '{name}' must be a SQL identifier (letters, digits, _)")
-        datasets[name] = DatasetSpec(
-            name=name,
-            source=_required(raw, "source", path),
-            contract=contracts[ref],
-            partition=partition,
-            description=str(raw.get("description", "")),
+        raw: _DatasetFile = _parse(_DatasetFile, _read_yaml(path), path)
+        for key in ("name", "source", "contract"):
+            _required(getattr(raw, key), key, path)
+        if raw.contract not in contracts:
+            raise ConfigError(f"{path}: contract '{raw.contract}' not found in {catalog_dir / 'contracts'}")
+        if raw.partition not in PARTITION_GRAINS:
+            raise ConfigError(f"{path}: partition must be one of {', '.join(PARTITION_GRAINS)}, got '{raw.partition}'")
+        if not raw.name.isidentifier():
+            raise ConfigError(f"{path}: dataset name '{raw.name}' must be a SQL identifier (letters, digits, _)")
+        if not valid_name(raw.source):  # it names the landing folder landing/<source>/
+            raise ConfigError(f"{path}: source name '{raw.source}' is not valid: use {NAME_RULE}")
+        datasets[raw.name] = DatasetSpec(
+            name=raw.name,
+            source=raw.source,
+            contract=contracts[raw.contract],
+            partition=raw.partition,
+            description=raw.description,
             path=path,
         )
     return datasets
@@ -150,27 +244,16 @@ def load_datasets(catalog_dir: Path) -> dict[str, DatasetSpec]:
 def _load_contracts(folder: Path) -> list[Contract]:
     out = []
     for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
-        raw = _read_yaml(path)
-        fields = raw.get("fields") or {}
-        if not isinstance(fields, dict):
-            raise ConfigError(f"{path}: 'fields' must map field names to types")
-        constraints = raw.get("constraints") or {}
+        raw: _ContractFile = _parse(_ContractFile, _read_yaml(path), path)
         out.append(
             Contract(
-                name=_required(raw, "name", path),
-                version=_required(raw, "version", path),
-                fields={str(k): str(v) for k, v in fields.items()},
-                primary_key=tuple(constraints.get("primary_key", ())),
+                name=_required(raw.name, "name", path),
+                version=_required(raw.version, "version", path),
+                fields={str(k): str(v) for k, v in raw.fields.items()},
+                primary_key=tuple(raw.constraints.primary_key),
             )
         )
     return out
-
-
-def _flag(raw: dict[str, Any], key: str, default: bool, path: Path) -> bool:
-    value = raw.get(key, default)
-    if not isinstance(value, bool):
-        raise ConfigError(f"{path}: '{key}' must be true or false, not {value!r}")
-    return value
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -185,11 +268,10 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _required(raw: dict[str, Any], key: str, path: Path) -> str:
-    value = raw.get(key)
-    if value in (None, ""):
+def _required(value: str, key: str, path: Path) -> str:
+    if not value:
         raise ConfigError(f"{path}: '{key}' is required")
-    return str(value)
+    return value
 
 
 def _resolve(key: str, value: str, root: Path) -> str:

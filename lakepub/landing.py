@@ -9,6 +9,11 @@
 Segments are read in file-name order. The position of a partition is the number of records
 (non-blank lines) consumed from it, so a committed position vector names exactly which records
 have been published, whatever the batch sizes were.
+
+A line counts once its newline is written: the newest segment of a partition may end in a line
+a producer is still writing, which is neither counted nor read until it is complete (it then
+becomes the next position). An older segment cannot grow any more, so its unterminated last line
+is a record. Partition folder names follow ``positions.NAME``.
 """
 
 from __future__ import annotations
@@ -24,26 +29,40 @@ import pyarrow as pa
 
 from lakepub.errors import InvalidEvent, InvalidPosition
 from lakepub.events import empty_events, read_jsonl_events
-from lakepub.positions import Vector
+from lakepub.positions import NAME_RULE, Vector, valid_name
 
 
 _BLANK_START = np.array([10, 13, 32, 9], dtype=np.uint8)  # \n \r space tab
 
 
-def count_records(path: Path) -> int:
-    """Number of non-blank lines of a segment (whitespace-only lines are blank, as for pyarrow).
+@dataclass(frozen=True)
+class SegmentCount:
+    records: int  # non-blank newline-terminated lines
+    size: int  # bytes of those lines (up to and including the last newline)
+    tail: bool  # an unterminated non-blank last line follows them
+
+    def complete(self, last: bool) -> tuple[int, int | None]:
+        """(records, bytes to read) of a segment; only the newest one's tail may still be growing."""
+        return (self.records, self.size) if last or not self.tail else (self.records + 1, None)
+
+
+def count_records(path: Path) -> SegmentCount:
+    """Count the non-blank newline-terminated lines of a segment (whitespace-only lines are blank,
+    as for pyarrow), and whether a partial line follows them.
 
     Vectorised: when no line starts with whitespace (so none can be blank), the count is the
     number of newlines; otherwise lines are stripped one by one.
     """
     data = path.read_bytes()
-    if not data:
-        return 0
-    raw = np.frombuffer(data, dtype=np.uint8)
+    size = data.rfind(b"\n") + 1
+    tail = bool(data[size:].strip())
+    if not size:
+        return SegmentCount(0, 0, tail)
+    raw = np.frombuffer(data, dtype=np.uint8, count=size)
     starts = raw[np.flatnonzero(raw[:-1] == 10) + 1]
     if raw[0] not in _BLANK_START and not np.isin(starts, _BLANK_START).any():
-        return len(starts) + 1
-    return sum(1 for line in data.split(b"\n") if line.strip())
+        return SegmentCount(len(starts) + 1, size, tail)
+    return SegmentCount(sum(1 for line in data[:size].split(b"\n") if line.strip()), size, tail)
 
 
 @dataclass(frozen=True)
@@ -67,14 +86,15 @@ def _stat_key(segment: Path) -> tuple[Path, int, int]:
 class LandingSource:
     def __init__(self, folder: Path):
         self.folder = Path(folder)
-        self._counts: dict[tuple[Path, int, int], int] = {}
+        self._counts: dict[tuple[Path, int, int], SegmentCount] = {}
 
-    def count(self, segment: Path) -> int:
-        """Records in a segment, cached while its size and modification time are unchanged."""
+    def count(self, segment: Path, last: bool = False) -> tuple[int, int | None]:
+        """(records, bytes holding them; None = all) of a segment, ``last`` if it is its partition's
+        newest; cached while its size and modification time are unchanged."""
         key = _stat_key(segment)
         if key not in self._counts:
             self._counts[key] = count_records(segment)
-        return self._counts[key]
+        return self._counts[key].complete(last)
 
     def count_all(self) -> None:
         """Count every segment not counted yet, two at a time (file reads and numpy release the GIL)."""
@@ -92,7 +112,12 @@ class LandingSource:
     def partitions(self) -> list[str]:
         if not self.folder.is_dir():
             return []
-        return sorted(p.name for p in self.folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+        names = sorted(p.name for p in self.folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+        for name in names:
+            if not valid_name(name):
+                raise InvalidPosition(f"landing partition folder {self.folder / name}: the name {name!r} is not "
+                                      f"valid, use {NAME_RULE}")
+        return names
 
     def segments(self, partition: str) -> list[Path]:
         """Segment files in name order; hidden files (a producer's temp files) are not segments."""
@@ -105,8 +130,9 @@ class LandingSource:
         oldest: tuple[float, Path] | None = None
         for part in self.partitions():
             offset, total, first_pending = committed.get(part, 0), 0, None
-            for seg in self.segments(part):
-                n = self.count(seg)
+            segments = self.segments(part)
+            for i, seg in enumerate(segments):
+                n = self.count(seg, last=i == len(segments) - 1)[0]
                 if first_pending is None and total + n > offset:
                     first_pending = seg
                 total += n
@@ -158,9 +184,11 @@ def _shares(remaining: dict[str, int], max_batch: int) -> dict[str, int]:
 class _Cursor:
     """Reads one partition's records sequentially from an offset, a segment at a time."""
 
-    def __init__(self, segments: list[Path], offset: int, count: Callable[[Path], int] = count_records):
+    def __init__(self, segments: list[Path], offset: int, count: Callable[[Path, bool], tuple[int, int | None]]):
         self._segments = list(segments)
-        self._counts = [count(s) for s in self._segments]
+        counted = [count(s, i == len(self._segments) - 1) for i, s in enumerate(self._segments)]
+        self._counts = [n for n, _ in counted]
+        self._sizes = [size for _, size in counted]  # what was counted is what is read
         self._index, self._skip = 0, offset
         while self._index < len(self._segments) and self._skip >= self._counts[self._index]:
             self._skip -= self._counts[self._index]
@@ -174,8 +202,12 @@ class _Cursor:
         parts: list[pa.Table] = []
         while n > 0:
             if self._loaded is None:
-                segment = self._segments[self._index]
-                table = read_jsonl_events(segment)
+                segment, size = self._segments[self._index], self._sizes[self._index]
+                if size is None:
+                    table = read_jsonl_events(segment)
+                else:  # only the complete lines: a producer may still be writing the last one
+                    with open(segment, "rb") as fh:
+                        table = read_jsonl_events(fh.read(size), str(segment))
                 if table.num_rows != self._counts[self._index]:
                     # Positions count lines; a record spread over lines, or several on one line,
                     # would shift every position after it, so refuse the segment.

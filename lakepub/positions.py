@@ -2,16 +2,34 @@
 
 A vector is a mapping ``{partition: offset}``; a partition absent from a vector is at offset 0.
 Vectors are kept per source name: ``{source: {partition: offset}}``.
+
+Source and partition names are also folder names (``landing/<source>/<partition>/``), so both
+must match ``NAME``: letters, digits, ``_``, ``.`` and ``-``, not starting with ``.`` or ``-``
+(hidden folders are a producer's temp folders; ``..`` would leave the landing folder).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Mapping
 
 from lakepub.errors import InvalidPosition
 
 Vector = dict[str, int]
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+NAME_RULE = "letters, digits, '_', '.', '-', not starting with '.' or '-', at most 128 characters"
+
+
+def valid_name(name: object) -> bool:
+    return isinstance(name, str) and NAME.fullmatch(name) is not None
+
+
+def check_name(name: object, what: str) -> str:
+    """``name`` if it is a valid source or partition name, else InvalidPosition naming ``what``."""
+    if not valid_name(name):
+        raise InvalidPosition(f"{what} name {name!r} is not valid: use {NAME_RULE}")
+    return name  # type: ignore[return-value]
 
 
 def parse_vector(text: str | Mapping[str, int], what: str = "position") -> Vector:
@@ -27,8 +45,7 @@ def parse_vector(text: str | Mapping[str, int], what: str = "position") -> Vecto
         raise InvalidPosition(f"{what} vector must be a JSON object like {{\"p0\": 4}}, got {text!r}")
     vector: Vector = {}
     for key, value in raw.items():
-        if not isinstance(key, str) or not key:
-            raise InvalidPosition(f"{what} vector has an empty partition name")
+        check_name(key, f"{what} vector partition")
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InvalidPosition(f"{what} vector offset for partition '{key}' must be an int >= 0, got {value!r}")
         vector[key] = value

@@ -24,7 +24,7 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from lakepub import duck, positions
 from lakepub.config import CONFIG_FILE, DatasetSpec, WorkspaceConfig, find_root, load_workspace
-from lakepub.errors import ConfigError, QueryError
+from lakepub.errors import ConfigError, InvalidPosition, QueryError
 from lakepub.events import events_from_arrow, events_from_records, read_events
 from lakepub.landing import LandingSource
 from lakepub.positions import Vector
@@ -95,13 +95,22 @@ class Workspace:
 
     def publish(self, dataset: str, events: EventsInput, *, source: str | None = None,
                 start: Mapping[str, int] | str, end: Mapping[str, int] | str) -> PublishResult:
-        """Publish one batch; returns the snapshot id, batch identity and counts."""
+        """Publish one batch; returns the snapshot id, batch identity and counts.
+
+        ``events``: a JSONL or Parquet file (``"-"``: standard input), an Arrow table or dicts;
+        all are validated before the catalog is touched. ``source=None`` is the dataset's source.
+        """
         spec = self.dataset(dataset)
+        source = spec.source if source is None else positions.check_name(source, "source")
         start_v = positions.parse_vector(start, "start")
         end_v = positions.parse_vector(end, "end")
-        return self.publisher(dataset).publish(
-            _events_table(events), source=source or spec.source, start=start_v, end=end_v
-        )
+        covered = positions.check_range(start_v, end_v)
+        table = _events_table(events)  # read and validated before anything touches the catalog
+        if isinstance(events, (str, Path)) and table.num_rows != covered:
+            name = "<stdin>" if str(events) == "-" else str(events)
+            raise InvalidPosition(f"{name} has {table.num_rows} events but the range {positions.dumps(start_v)} -> "
+                                  f"{positions.dumps(end_v)} covers {covered}")
+        return self.publisher(dataset).publish(table, source=source, start=start_v, end=end_v)
 
     def run(self, dataset: str, *, landing: str | Path | None = None, max_batch: int = 100_000,
             on_batch: Callable[[PublishResult, int], None] | None = None,
@@ -218,7 +227,7 @@ def _events_table(events: EventsInput) -> pa.Table:
     if isinstance(events, pa.Table):
         return events_from_arrow(events)
     if isinstance(events, (str, Path)):
-        return read_events(Path(events))
+        return read_events(events)  # "-" is standard input
     return events_from_records(events)
 
 

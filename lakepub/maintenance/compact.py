@@ -37,7 +37,7 @@ from pyiceberg.table import Table
 from pyiceberg.types import BooleanType, DateType, ListType, LongType, NestedField, StructType
 
 from lakepub import duck
-from lakepub.errors import CommitContention, ConfigError
+from lakepub.errors import CommitContention, ConfigError, UserError
 from lakepub.identity import fingerprint
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_mode, reset_main
 from lakepub.store import key_index, layout
@@ -92,6 +92,9 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
     """Compact the ledger at the snapshot the published table names, and commit the compacted
     ledger together with a published snapshot that names it (data unchanged, positions unchanged)."""
     spec = ws.dataset(dataset)
+    if dataset not in ws.published_tables():
+        raise UserError(f"'{dataset}' has nothing published yet, so its ledger has nothing to compact; "
+                        f"run 'lakepub run {dataset}' or 'lakepub publish' first")
     if commit_mode(ws.catalog, ws.config.commit) != "atomic":
         raise ConfigError("ledger compaction needs the atomic commit of a SQL catalog (SQLite or PostgreSQL)")
     con = duck.connect(ws.config.catalog)
