@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 import duckdb
 import pyarrow as pa
-from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 
 from lakepub import duck, positions
@@ -29,6 +29,7 @@ from lakepub.events import events_from_arrow, events_from_records, read_events
 from lakepub.landing import LandingSource
 from lakepub.positions import Vector
 from lakepub.publish.publisher import PreparedBatch, Publisher, PublishResult
+from lakepub.store.catalog import open_catalog
 from lakepub.store.layout import summary_id
 from lakepub.store.record import latest_record
 
@@ -74,10 +75,7 @@ class Workspace:
 
     @cached_property
     def catalog(self) -> Catalog:
-        try:
-            return load_catalog(self.config.catalog_name, **self.config.catalog_properties())
-        except Exception as exc:  # pyiceberg raises many types for a bad catalog configuration
-            raise ConfigError(f"cannot open catalog '{self.config.catalog_name}': {' '.join(str(exc).split())}") from exc
+        return open_catalog(self.config.catalog_name, self.config.catalog_properties())
 
     def dataset(self, name: str) -> DatasetSpec:
         return self.config.dataset(name)
