@@ -13,15 +13,18 @@ error families, for the CLI's one error handler and the Python API.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 from types import TracebackType
-from typing import Iterator
+from typing import Callable, Iterator, ParamSpec, TypeVar
 
 from lakepub.errors import CatalogBusy, CorruptTable, DiskFull, LakepubError
 
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 _FULL_TEXTS = ("no space left on device", "database or disk is full", "disk quota exceeded")
 _LOCKED_TEXTS = ("database is locked", "database table is locked", "database schema is locked")
+P = ParamSpec("P")
+R = TypeVar("R")
 _PARSERS = (os.path.join("pyiceberg", "avro", ""), os.path.join("pyiceberg", "serializers.py"),
             os.path.join("pyiceberg", "manifest.py"))
 
@@ -90,3 +93,21 @@ def _is_db_error(exc: BaseException) -> bool:
 def _db_message(exc: BaseException) -> str:
     orig = getattr(exc, "orig", None)
     return " ".join(str(orig if orig is not None else exc).split())
+
+
+def classified(fn: Callable[P, R]) -> Callable[P, R]:
+    """Decorate a Python API method: a recognised foreign exception is raised as its lakepub error."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except LakepubError:
+            raise
+        except Exception as exc:
+            known = classify(exc)
+            if known is None:
+                raise
+            raise known from exc
+
+    return wrapper

@@ -26,10 +26,12 @@ from lakepub import duck, positions
 from lakepub.config import CONFIG_FILE, DatasetSpec, WorkspaceConfig, find_root, load_workspace
 from lakepub.errors import ConfigError, QueryError
 from lakepub.events import events_from_arrow, events_from_records, read_events
+from lakepub.failures import classified
 from lakepub.landing import LandingSource
 from lakepub.positions import Vector
 from lakepub.publish.publisher import PreparedBatch, Publisher, PublishResult
 from lakepub.store.catalog import open_catalog
+from lakepub.store.integrity import check_scannable
 from lakepub.store.layout import summary_id
 from lakepub.store.record import latest_record
 
@@ -91,6 +93,7 @@ class Workspace:
 
     # --- writing ---------------------------------------------------------------------------
 
+    @classified
     def publish(self, dataset: str, events: EventsInput, *, source: str | None = None,
                 start: Mapping[str, int] | str, end: Mapping[str, int] | str) -> PublishResult:
         """Publish one batch; returns the snapshot id, batch identity and counts."""
@@ -101,6 +104,7 @@ class Workspace:
             _events_table(events), source=source or spec.source, start=start_v, end=end_v
         )
 
+    @classified
     def run(self, dataset: str, *, landing: str | Path | None = None, max_batch: int = 100_000,
             on_batch: Callable[[PublishResult, int], None] | None = None,
             on_start: Callable[[int], None] | None = None) -> RunResult:
@@ -134,18 +138,21 @@ class Workspace:
 
     # --- reading ---------------------------------------------------------------------------
 
+    @classified
     def status(self, dataset: str, *, landing: str | None = None) -> "DatasetStatus":
         """What ``lakepub status DATASET`` shows, as a dataclass (``.as_dict()`` for JSON)."""
         from lakepub import reports
 
         return reports.status(self, dataset, landing=landing)
 
+    @classified
     def log(self, dataset: str, limit: int | None = None) -> list["LogEntry"]:
         """Publish history, newest first (``lakepub log``)."""
         from lakepub import reports
 
         return reports.log(self, dataset, limit)
 
+    @classified
     def verify(self, dataset: str, *, deep: bool = False) -> "VerifyReport":
         """Recompute partition checksums (and with ``deep`` the whole table from the ledger)."""
         from lakepub import reports
@@ -163,9 +170,11 @@ class Workspace:
         for name in sorted(self.config.datasets):
             table = self._summary_table(name)
             if table is not None and table.metadata.current_snapshot_id is not None:
+                check_scannable(table)  # before DuckDB reads it: a bad manifest would abort the process
                 out[name] = table.metadata_location
         return out
 
+    @classified
     def connect(self) -> duckdb.DuckDBPyConnection:
         """A DuckDB connection with a view per published dataset, pinned to its published snapshot."""
         con = duck.connect(self.config.catalog)
@@ -173,6 +182,7 @@ class Workspace:
             con.execute(f'CREATE TEMP VIEW "{name}" AS SELECT * FROM {duck.scan_sql(location)}')
         return con
 
+    @classified
     def query(self, sql: str) -> pa.Table:
         con = self.connect()
         try:
