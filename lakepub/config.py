@@ -15,8 +15,9 @@
 Catalog keys are passed unchanged except that ``${VAR}`` is expanded from the environment and a
 relative SQLite path or a relative warehouse folder is resolved against the workspace folder, so a
 workspace can be moved or cloned (the SQLite URI percent-encoded, the warehouse a ``file://`` URI
-or, for a path holding ``#``, ``?`` or ``%``, the bare path: see ``local_location``). Any other catalog (PostgreSQL URI, S3 warehouse, Glue, REST) is
-used exactly as written.
+or, for a path holding ``#``, ``?`` or ``%``, the bare path: see ``local_location``). Any other
+catalog (PostgreSQL URI, S3 warehouse, Glue, REST) is used exactly as written; a ``file:``
+warehouse holding one of those characters is refused.
 """
 
 from __future__ import annotations

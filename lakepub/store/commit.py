@@ -134,7 +134,8 @@ def commit_in_order(catalog: Catalog, changes: list[TableChange]) -> None:
                 # Writing the new metadata file, which every catalog does before it moves the
                 # pointer: nothing visible changed (an earlier table's commit is unreferenced).
                 raise DiskFull(f"no space left writing the metadata of {'.'.join(change.table.name())} "
-                               f"({' '.join(str(exc).split())}); nothing was published, free some space and retry") from exc
+                               f"({' '.join(str(exc).split())}); nothing was published, free some space "
+                               "and retry") from exc
             if not last:
                 raise CommitConflict(f"commit of {'.'.join(change.table.name())} failed: {exc}") from exc
             raise OutcomeUnknown(f"catalog did not confirm the commit: {' '.join(str(exc).split())}") from exc
