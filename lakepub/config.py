@@ -14,8 +14,10 @@
 
 Catalog keys are passed unchanged except that ``${VAR}`` is expanded from the environment and a
 relative SQLite path or a relative warehouse folder is resolved against the workspace folder, so a
-workspace can be moved or cloned. Any other catalog (PostgreSQL URI, S3 warehouse, Glue, REST) is
-used exactly as written.
+workspace can be moved or cloned (the SQLite URI percent-encoded, the warehouse a ``file://`` URI
+or, for a path holding ``#``, ``?`` or ``%``, the bare path: see ``local_location``). Any other
+catalog (PostgreSQL URI, S3 warehouse, Glue, REST) is used exactly as written; a ``file:``
+warehouse holding one of those characters is refused.
 
 The files are checked against pydantic models that forbid unknown keys (a misspelt ``comit:``
 would otherwise be silently ignored) and wrong types; ``catalog:`` stays a free mapping. Every
@@ -31,6 +33,7 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from sqlalchemy.engine import make_url
 
 from lakepub.errors import ConfigError, UnknownDataset
 from lakepub.positions import NAME_RULE, valid_name
@@ -276,11 +279,33 @@ def _required(value: str, key: str, path: Path) -> str:
 
 def _resolve(key: str, value: str, root: Path) -> str:
     if key == "uri" and value.startswith("sqlite:///") and not value.startswith("sqlite:////"):
-        rel = value[len("sqlite:///"):]
-        if rel and not rel.startswith(":memory:"):
-            return f"sqlite:///{(root / rel).resolve()}"
+        url = make_url(value)
+        if url.database and not url.database.startswith(":memory:"):
+            # Built by SQLAlchemy, which percent-encodes the path: '#', '?' and '%' in a folder
+            # name are then read back as themselves (with plain text, '?' would start the query).
+            return url.set(database=str((root / url.database).resolve())).render_as_string(hide_password=False)
+    if key == "warehouse" and value.startswith("file:") and (bad := [c for c in _URI_SYNTAX if c in value]):
+        raise ConfigError(f"{root / CONFIG_FILE}: catalog warehouse {value!r} holds {bad[0]!r}, which pyiceberg "
+                          "reads as URI syntax, not as part of the folder name; write the folder as a plain path "
+                          "(absolute, or relative to the workspace)")
     if key == "warehouse" and "://" not in value:
         path = (root / value).resolve()
         path.mkdir(parents=True, exist_ok=True)
-        return f"file://{path}"
+        return local_location(path)
     return value
+
+
+# Characters that a URI reads as syntax (fragment, query, escape), not as part of a file name.
+_URI_SYNTAX = "#?%"
+
+
+def local_location(path: Path) -> str:
+    """The location of a local folder as pyiceberg and DuckDB read it.
+
+    ``file://`` plus the path, unless the path holds ``#``, ``?`` or ``%``: pyiceberg parses a
+    ``file://`` location as a URI without percent-decoding it (``proj#1`` would become the file
+    ``proj``, and ``proj%231`` a folder of that name), so such a path is given bare, which
+    pyiceberg, DuckDB and the janitor all read as a local path, character for character.
+    """
+    text = str(path)
+    return text if any(c in text for c in _URI_SYNTAX) else f"file://{text}"

@@ -5,10 +5,15 @@ The families separate what a caller should do next:
 * ``UserError`` (exit 2): the input or configuration is wrong; fix it, nothing was written.
 * ``BlockedError`` (exit 3): the protocol refused the batch (payload conflict, stale start).
   Nothing was published; retrying the same batch will be refused again.
-* ``RetryableError`` (exit 4): failed, nothing published, safe to retry as is.
+* ``RetryableError`` (exit 4): failed, nothing published, safe to retry as is (commit contention,
+  a catalog database locked past its busy timeout, a full disk before the commit).
 * ``OutcomeUnknown`` (exit 5): the commit may or may not have landed. Retrying the same batch
   is still safe (it is recognised as already published), but check ``lakepub log`` first.
 * ``VerifyFailed`` (exit 1): a published partition does not match its recorded checksum.
+* ``CorruptTable`` (exit 1): a table's metadata JSON, manifest list or manifest cannot be read;
+  the message names the file.
+
+``lakepub.failures.classify`` maps foreign exceptions (OS, SQLAlchemy, pyiceberg) onto these.
 """
 
 from __future__ import annotations
@@ -121,6 +126,14 @@ class CommitContention(RetryableError):
     """Every commit attempt lost the race to a concurrent writer; nothing was published."""
 
 
+class CatalogBusy(RetryableError):
+    """The catalog database stayed locked by another connection past its busy timeout."""
+
+
+class DiskFull(RetryableError):
+    """A write failed for lack of space (ENOSPC, EDQUOT) before the commit; nothing was published."""
+
+
 # --- outcome unknown (exit 5) ---------------------------------------------------------------
 
 
@@ -133,6 +146,16 @@ class OutcomeUnknown(LakepubError):
 
 class VerifyFailed(LakepubError):
     exit_code = 1
+
+
+class CorruptTable(LakepubError):
+    """A table's metadata JSON, manifest list or manifest cannot be parsed; names the file."""
+
+    exit_code = 1
+
+    def __init__(self, location: str, problem: str):
+        self.location = location
+        super().__init__(f"corrupt Iceberg file {location}: {problem}")
 
 
 def _vec(vector: dict[str, int]) -> str:

@@ -11,6 +11,7 @@ from lakepub import duck, output
 from lakepub.errors import VerifyFailed
 from lakepub.landing import LandingSource
 from lakepub.store import audit, key_index
+from lakepub.store.integrity import check_scannable
 from lakepub.store.key_index import KeyIndex
 from lakepub.publish.guards import describe, partition_mismatches
 from lakepub.store.layout import grain_of, has_history, ledger_id, partition_label
@@ -93,7 +94,7 @@ def status(ws: Workspace, dataset: str, *, landing: str | None = None) -> Datase
     record = history[1] if history else None
     con = duck.connect(ws.config.catalog)
     try:  # one row per day: small enough to total in Python from a single scan
-        rows = con.execute(f"SELECT day, cents, orders FROM {duck.scan_sql(table.metadata_location)}").fetchall()
+        rows = con.execute(f"SELECT day, cents, orders FROM {_scan(table)}").fetchall()
     finally:
         con.close()
     days, cents, orders = len(rows), sum(r[1] for r in rows), sum(r[2] for r in rows)
@@ -152,7 +153,7 @@ def verify(ws: Workspace, dataset: str, *, deep: bool = False) -> VerifyReport:
     grain = grain_of(table)  # the table's real spec, whatever the definition says now
     con = duck.connect(ws.config.catalog)
     try:
-        rows = con.execute(f"SELECT day, cents, orders FROM {duck.scan_sql(table.metadata_location)}").fetchall()
+        rows = con.execute(f"SELECT day, cents, orders FROM {_scan(table)}").fetchall()
         if grain is None:
             checked, mismatches = 0, [f"the partition spec of the published table was changed outside lakepub "
                                       f"({table.metadata.spec()})"]
@@ -180,7 +181,7 @@ def _deep_check(ws: Workspace, dataset: str, con, rows: list[tuple[date, int, in
         return [f"{len(rows)} published day(s) but the ledger is empty"] if rows else []
     expected = con.execute(f"""
         SELECT day, sum(cents)::BIGINT, count(*)::BIGINT FROM (
-            SELECT * FROM {duck.scan_sql(ledger.metadata_location, snapshot_id)}
+            SELECT * FROM {_scan(ledger, snapshot_id)}
             QUALIFY row_number() OVER (PARTITION BY order_id ORDER BY version DESC) = 1
         ) WHERE NOT deleted GROUP BY day""").fetchall()
     want = {d: (c, o) for d, c, o in expected}
@@ -205,7 +206,7 @@ def _index_check(con, ledger, snapshot_id: int) -> list[str]:
     try:
         common = "k1, version, day, cents, deleted"
         index = f"SELECT {common}, k2::BIGINT & 4294967295, CASE WHEN compacted THEN version END FROM lp_index"
-        scan = duck.scan_sql(ledger.metadata_location, snapshot_id)
+        scan = _scan(ledger, snapshot_id, checked=True)
         rows = f"SELECT {common}, k2 & 4294967295, floor FROM {scan}"
         if has_history(ledger):  # versions compaction dropped are index rows of their own
             rows = (f"SELECT * FROM ({rows} UNION ALL SELECT k1, h.version, h.day, h.cents, h.deleted, "
@@ -238,11 +239,19 @@ def _refused_counts(ws: Workspace, dataset: str) -> dict[str, int]:
     try:
         conflicts, stale = con.execute(
             f"SELECT count(*) FILTER (WHERE outcome = 'conflict'), count(*) FILTER (WHERE outcome = 'stale-start') "
-            f"FROM {duck.scan_sql(table.metadata_location)} WHERE dataset = ?", [dataset]
+            f"FROM {_scan(table)} WHERE dataset = ?", [dataset]
         ).fetchone()
     finally:
         con.close()
     return {"conflicts": conflicts, "stale_refused": stale}
+
+
+def _scan(table, snapshot_id: int | None = None, *, checked: bool = False) -> str:
+    """``iceberg_scan`` of a snapshot, after checking that DuckDB can read its manifests
+    (``store/integrity.py``: a bad manifest would abort the process)."""
+    if not checked:
+        check_scannable(table, snapshot_id)
+    return duck.scan_sql(table.metadata_location, snapshot_id)
 
 
 def _landing(ws: Workspace, dataset: str, committed: dict[str, int], override: str | None) -> LandingStatus | None:

@@ -19,16 +19,19 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
 import duckdb
 import pyarrow as pa
-from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 
 from lakepub import duck, positions
 from lakepub.config import CONFIG_FILE, DatasetSpec, WorkspaceConfig, find_root, load_workspace
 from lakepub.errors import ConfigError, InvalidPosition, QueryError
 from lakepub.events import events_from_arrow, events_from_records, read_events
+from lakepub.failures import classified
 from lakepub.landing import LandingSource
 from lakepub.positions import Vector
 from lakepub.publish.publisher import PreparedBatch, Publisher, PublishResult
+from lakepub.store.catalog import open_catalog
+from lakepub.store.integrity import check_scannable
 from lakepub.store.layout import summary_id
 from lakepub.store.record import latest_record
 
@@ -74,10 +77,7 @@ class Workspace:
 
     @cached_property
     def catalog(self) -> Catalog:
-        try:
-            return load_catalog(self.config.catalog_name, **self.config.catalog_properties())
-        except Exception as exc:  # pyiceberg raises many types for a bad catalog configuration
-            raise ConfigError(f"cannot open catalog '{self.config.catalog_name}': {' '.join(str(exc).split())}") from exc
+        return open_catalog(self.config.catalog_name, self.config.catalog_properties())
 
     def dataset(self, name: str) -> DatasetSpec:
         return self.config.dataset(name)
@@ -93,6 +93,7 @@ class Workspace:
 
     # --- writing ---------------------------------------------------------------------------
 
+    @classified
     def publish(self, dataset: str, events: EventsInput, *, source: str | None = None,
                 start: Mapping[str, int] | str, end: Mapping[str, int] | str) -> PublishResult:
         """Publish one batch; returns the snapshot id, batch identity and counts.
@@ -112,6 +113,7 @@ class Workspace:
                                   f"{positions.dumps(end_v)} covers {covered}")
         return self.publisher(dataset).publish(table, source=source, start=start_v, end=end_v)
 
+    @classified
     def run(self, dataset: str, *, landing: str | Path | None = None, max_batch: int = 100_000,
             on_batch: Callable[[PublishResult, int], None] | None = None,
             on_start: Callable[[int], None] | None = None) -> RunResult:
@@ -145,18 +147,21 @@ class Workspace:
 
     # --- reading ---------------------------------------------------------------------------
 
+    @classified
     def status(self, dataset: str, *, landing: str | None = None) -> "DatasetStatus":
         """What ``lakepub status DATASET`` shows, as a dataclass (``.as_dict()`` for JSON)."""
         from lakepub import reports
 
         return reports.status(self, dataset, landing=landing)
 
+    @classified
     def log(self, dataset: str, limit: int | None = None) -> list["LogEntry"]:
         """Publish history, newest first (``lakepub log``)."""
         from lakepub import reports
 
         return reports.log(self, dataset, limit)
 
+    @classified
     def verify(self, dataset: str, *, deep: bool = False) -> "VerifyReport":
         """Recompute partition checksums (and with ``deep`` the whole table from the ledger)."""
         from lakepub import reports
@@ -174,9 +179,11 @@ class Workspace:
         for name in sorted(self.config.datasets):
             table = self._summary_table(name)
             if table is not None and table.metadata.current_snapshot_id is not None:
+                check_scannable(table)  # before DuckDB reads it: a bad manifest would abort the process
                 out[name] = table.metadata_location
         return out
 
+    @classified
     def connect(self) -> duckdb.DuckDBPyConnection:
         """A DuckDB connection with a view per published dataset, pinned to its published snapshot.
 
@@ -190,6 +197,7 @@ class Workspace:
             con.execute(f'CREATE TEMP VIEW "{name}" AS SELECT * FROM {duck.scan_sql(location)}')
         return con
 
+    @classified
     def query(self, sql: str) -> pa.Table:
         """Run read-only SQL over the published datasets (what ``lakepub query`` runs).
 

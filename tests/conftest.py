@@ -180,3 +180,42 @@ def backend_ws(request, ws_path: Path) -> Workspace:
     if request.param == "sqlite-ordered":
         set_commit_mode(ws_path, "ordered")
     return Workspace.open(ws_path)
+
+
+# --- writers started together -----------------------------------------------------------------
+
+_TOGETHER_WORKER = """
+import json, sys
+from lakepub.workspace import Workspace
+root, source, path = sys.argv[1], sys.argv[2], sys.argv[3]
+batches = json.load(open(path))
+ws = Workspace.open(root)  # reads lakepub.yaml only: the catalog opens on the first publish
+print("ready", flush=True)
+sys.stdin.read(1)          # the barrier: the parent writes one byte to every worker at once
+offset = 0
+for batch in batches:
+    ws.publish("orders_daily", batch, source=source, start={"p0": offset}, end={"p0": offset + len(batch)})
+    offset += len(batch)
+"""
+
+
+def publish_together(root: Path, plan: dict[str, list[list[dict]]], tmp_path: Path) -> list[CliResult]:
+    """One process per source of ``plan`` ({source: batches}), all released at the same instant
+    once every one has imported lakepub and read the workspace; returns their results."""
+    procs = []
+    for source, batches in plan.items():
+        path = tmp_path / f"{source}.batches.json"
+        path.write_text(json.dumps(batches))
+        procs.append(subprocess.Popen([sys.executable, "-c", _TOGETHER_WORKER, str(root), source, str(path)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    for proc in procs:  # every worker has imported lakepub and read the workspace ...
+        assert proc.stdout.readline().strip() == "ready", proc.communicate(timeout=60)
+    for proc in procs:  # ... and blocks in read(1) until its byte arrives
+        proc.stdin.write("g")
+        proc.stdin.flush()
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        results.append(CliResult(proc.returncode, out, err))
+    return results

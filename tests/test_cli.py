@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from datetime import date
 
 import pyarrow as pa
+import pytest
 from click.testing import CliRunner
 
 from conftest import A1, A2, B2
@@ -75,3 +77,44 @@ def test_verify_detects_a_tampered_partition(ws: Workspace, cli):
     table.overwrite(forged)  # a write that bypassed lakepub
     res = cli("verify", "orders_daily")
     assert res.code == 1 and "mismatch" in res.err
+
+
+@pytest.mark.parametrize("folder", ["proj#1", "50%off", "a%41b?c"])
+def test_workspace_under_a_folder_with_uri_characters(tmp_path, folder):
+    """`#`, `%` and `?` are plain characters of a local path: pyiceberg, SQLAlchemy and DuckDB get
+    locations that name exactly the workspace's files, and nothing is written outside it."""
+    root = tmp_path / folder / "ws"
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    batch = inputs / "b.jsonl"
+    batch.write_text("".join(json.dumps(e) + "\n" for e in (A1, A2, B2)))
+
+    def run(*args: str):
+        result = CliRunner().invoke(main, ["-w", str(root), *args])
+        assert result.exit_code == 0, (args, result.stderr, result.exception)
+        return result.stdout
+
+    assert CliRunner().invoke(main, ["init", str(root)]).exit_code == 0
+    run("publish", "orders_daily", "--events", str(batch), "--start", "{}", "--end", '{"p0": 3}')
+    assert json.loads(run("query", "SELECT day::VARCHAR AS day, cents FROM orders_daily", "--format", "json")) == [
+        {"day": "2025-10-02", "cents": 150}]
+    run("verify", "orders_daily", "--deep")
+    assert Workspace.open(root).committed_positions("orders_daily") == {"orders": {"p0": 3}}
+    run("janitor", "--older-than", "0s")  # finds the files as referenced, deletes only what is not
+    run("verify", "orders_daily", "--deep")
+    outside = [p for p in tmp_path.rglob("*")
+               if not (p == root or root in p.parents or p == inputs or inputs in p.parents or p in root.parents)]
+    assert outside == []
+    assert (root / ".lakepub" / "catalog.db").is_file()
+    assert any((root / ".lakepub" / "warehouse").rglob("*.metadata.json"))
+
+
+def test_a_file_uri_warehouse_with_uri_characters_is_refused(tmp_path):
+    root = tmp_path / "ws"
+    assert CliRunner().invoke(main, ["init", str(root)]).exit_code == 0
+    config = root / "lakepub.yaml"
+    config.write_text(config.read_text().replace("warehouse: .lakepub/warehouse", f"warehouse: file://{tmp_path}/wh#1"))
+    result = CliRunner().invoke(main, ["-w", str(root), "status"])
+    assert result.exit_code == 2
+    assert "'#'" in result.stderr and str(config) in result.stderr and len(result.stderr.splitlines()) == 1
+    assert not (tmp_path / "wh").exists() and not (tmp_path / "wh#1").exists()

@@ -217,3 +217,19 @@ def test_two_handles_in_one_process_each_rewrite_from_the_others_commits(ws_path
         rows = handle.query("SELECT day, cents, orders FROM orders_daily ORDER BY day").to_pylist()
         assert {r["day"]: (r["cents"], r["orders"]) for r in rows} == expected
     assert Workspace.open(ws_path).verify("orders_daily", deep=True).ok
+
+
+def test_writers_started_together_on_a_fresh_workspace(ws_path: Path, tmp_path: Path):
+    """Four publishers race to create the catalog's own tables, the namespace and the dataset's
+    tables of a brand-new workspace: every one succeeds and every event counts once."""
+    from conftest import publish_together
+
+    writers, batches, size = 4, 2, 10
+    plan = {f"s{w}": writer_batches(w, batches, size) for w in range(writers)}
+    assert not (ws_path / ".lakepub" / "catalog.db").exists()  # nothing created yet
+    results = publish_together(ws_path, plan, tmp_path)
+    assert [r.code for r in results] == [0] * writers, [r.err for r in results]
+    ws = Workspace.open(ws_path)
+    got = {r["day"]: (r["cents"], r["orders"]) for r in ws.query("SELECT * FROM orders_daily").to_pylist()}
+    assert got == oracle_summary([e for bl in plan.values() for b in bl for e in b])
+    assert ws.committed_positions("orders_daily") == {s: {"p0": batches * size} for s in plan}

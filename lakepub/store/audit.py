@@ -12,10 +12,12 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
+
+from lakepub.store.catalog import create_or_load, ensure_namespace
 
 AUDIT_TABLE = "lakepub_audit"
 _SCHEMA = Schema(
@@ -50,14 +52,8 @@ def audit_table(catalog: Catalog, namespace: str, create: bool = False) -> Table
     except NoSuchTableError:
         if not create:
             return None
-    try:
-        catalog.create_namespace(namespace)
-    except NamespaceAlreadyExistsError:
-        pass
-    try:
-        return catalog.create_table(ident, schema=_SCHEMA)
-    except TableAlreadyExistsError:
-        return catalog.load_table(ident)
+    ensure_namespace(catalog, namespace)
+    return create_or_load(catalog, ident, lambda: catalog.create_table(ident, schema=_SCHEMA))
 
 
 def record(catalog: Catalog, namespace: str, entry: AuditEntry, now: datetime | None = None) -> None:

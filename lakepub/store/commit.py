@@ -43,7 +43,8 @@ from sqlalchemy import update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from lakepub.errors import ConfigError, OutcomeUnknown
+from lakepub.errors import ConfigError, DiskFull, OutcomeUnknown
+from lakepub.failures import is_disk_full
 from lakepub.faults import fault_point
 from lakepub.store.version_hint import write_version_hint
 
@@ -133,6 +134,12 @@ def commit_in_order(catalog: Catalog, changes: list[TableChange]) -> None:
         except CommitFailedException as exc:
             raise CommitConflict(str(exc)) from exc
         except Exception as exc:
+            if isinstance(exc, OSError) and is_disk_full(exc):
+                # Writing the new metadata file, which every catalog does before it moves the
+                # pointer: nothing visible changed (an earlier table's commit is unreferenced).
+                raise DiskFull(f"no space left writing the metadata of {'.'.join(change.table.name())} "
+                               f"({' '.join(str(exc).split())}); nothing was published, free some space "
+                               "and retry") from exc
             if not last:
                 raise CommitConflict(f"commit of {'.'.join(change.table.name())} failed: {exc}") from exc
             raise OutcomeUnknown(f"catalog did not confirm the commit: {' '.join(str(exc).split())}") from exc
@@ -195,34 +202,46 @@ def delete_merged_away_manifests(change: TableChange) -> None:
 
 
 def _swap_pointers(catalog: SqlCatalog, staged: list[tuple[tuple[str, ...], str, str]]) -> None:
+    """The pointer swap: every UPDATE, then one COMMIT. Until the COMMIT is sent nothing can have
+    landed (a failure rolls back: a conflict to retry, or a full disk); a failure of the COMMIT
+    itself is an unknown outcome (exit 5), whatever its cause, a full disk included."""
     session = Session(catalog.engine)
     try:
-        for ident, old, new in staged:
-            namespace = Catalog.namespace_to_string(Catalog.namespace_from(ident))
-            stmt = (
-                update(IcebergTables)
-                .where(
-                    IcebergTables.catalog_name == catalog.name,
-                    IcebergTables.table_namespace == namespace,
-                    IcebergTables.table_name == Catalog.table_name_from(ident),
-                    IcebergTables.metadata_location == old,
+        try:
+            for ident, old, new in staged:
+                namespace = Catalog.namespace_to_string(Catalog.namespace_from(ident))
+                stmt = (
+                    update(IcebergTables)
+                    .where(
+                        IcebergTables.catalog_name == catalog.name,
+                        IcebergTables.table_namespace == namespace,
+                        IcebergTables.table_name == Catalog.table_name_from(ident),
+                        IcebergTables.metadata_location == old,
+                    )
+                    .values(metadata_location=new, previous_metadata_location=old)
                 )
-                .values(metadata_location=new, previous_metadata_location=old)
-            )
-            if session.execute(stmt).rowcount < 1:
-                session.rollback()
-                raise CommitConflict(f"table {'.'.join(ident)} was updated by another writer")
-    except OperationalError as exc:  # e.g. "database is locked" before COMMIT: nothing landed
-        session.rollback()
-        raise CommitConflict(" ".join(str(exc.orig).split())) from exc
-    try:
-        session.commit()
-    except OperationalError as exc:
-        if "locked" in str(exc.orig).lower():
+                if session.execute(stmt).rowcount < 1:
+                    session.rollback()
+                    raise CommitConflict(f"table {'.'.join(ident)} was updated by another writer")
+        except OperationalError as exc:  # e.g. "database is locked" before COMMIT: nothing landed
             session.rollback()
+            if is_disk_full(exc):
+                raise DiskFull(f"the catalog database is out of space ({' '.join(str(exc.orig).split())}); "
+                               "nothing was published, free some space and retry") from exc
             raise CommitConflict(" ".join(str(exc.orig).split())) from exc
-        raise OutcomeUnknown(f"catalog did not confirm the commit: {' '.join(str(exc.orig).split())}") from exc
-    except Exception as exc:  # connection lost during COMMIT: it may or may not have landed
-        raise OutcomeUnknown(f"catalog did not confirm the commit: {exc}") from exc
+        except CommitConflict:
+            raise
+        except Exception:
+            session.rollback()
+            raise
+        try:
+            session.commit()
+        except OperationalError as exc:
+            if "locked" in str(exc.orig).lower():
+                session.rollback()
+                raise CommitConflict(" ".join(str(exc.orig).split())) from exc
+            raise OutcomeUnknown(f"catalog did not confirm the commit: {' '.join(str(exc.orig).split())}") from exc
+        except Exception as exc:  # connection lost or disk full during COMMIT: it may or may not have landed
+            raise OutcomeUnknown(f"catalog did not confirm the commit: {' '.join(str(exc).split())}") from exc
     finally:
         session.close()

@@ -18,7 +18,6 @@ from datetime import date
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -28,6 +27,7 @@ from pyiceberg.types import BooleanType, DateType, LongType, NestedField, String
 
 from lakepub.errors import ConfigError
 from lakepub.keys import ORDER_KEYS_VERSION, ORDER_KEYS_VERSIONS
+from lakepub.store.catalog import create_or_load, ensure_namespace
 
 SUMMARY_SCHEMA = Schema(
     NestedField(1, "day", DateType(), required=False),
@@ -92,11 +92,9 @@ def ledger_id(namespace: str, dataset: str) -> tuple[str, str]:
 
 
 def ensure_tables(catalog: Catalog, namespace: str, dataset: str, grain: str) -> DatasetTables:
-    """Create the dataset's tables if they do not exist yet, and load them."""
-    try:
-        catalog.create_namespace(namespace)
-    except NamespaceAlreadyExistsError:
-        pass
+    """Create the dataset's tables if they do not exist yet, and load them (also when other
+    writers create them at the same time: ``lakepub.store.catalog``)."""
+    ensure_namespace(catalog, namespace)
     spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=_TRANSFORMS[grain], name=f"day_{grain}"))
     summary = _create_or_load(catalog, summary_id(namespace, dataset), SUMMARY_SCHEMA, spec, None, _SUMMARY_PROPERTIES)
     ledger_sort = SortOrder(SortField(source_id=1, transform=IdentityTransform()))
@@ -142,16 +140,9 @@ def load_tables(catalog: Catalog, namespace: str, dataset: str) -> DatasetTables
 
 def _create_or_load(catalog: Catalog, ident: tuple[str, str], schema: Schema, spec: PartitionSpec,
                     sort: SortOrder | None, properties: dict[str, str] | None = None) -> Table:
-    try:
-        return catalog.load_table(ident)
-    except NoSuchTableError:
-        pass
-    try:
-        kwargs = {"sort_order": sort} if sort is not None else {}
-        return catalog.create_table(ident, schema=schema, partition_spec=spec,
-                                    properties={**_TABLE_PROPERTIES, **(properties or {})}, **kwargs)
-    except TableAlreadyExistsError:  # created concurrently by another writer
-        return catalog.load_table(ident)
+    kwargs = {"sort_order": sort} if sort is not None else {}
+    return create_or_load(catalog, ident, lambda: catalog.create_table(
+        ident, schema=schema, partition_spec=spec, properties={**_TABLE_PROPERTIES, **(properties or {})}, **kwargs))
 
 
 # --- partition grain ------------------------------------------------------------------------

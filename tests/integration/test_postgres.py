@@ -139,3 +139,19 @@ def test_two_concurrent_writers_with_different_sources(pg_ws: Workspace):
     # How often a writer lost the race and retried (informational; depends on timing).
     retries = sum(r.attempts - 1 for rs in results.values() for r in rs)
     print(f"concurrent writers: {retries} retried attempt(s) over {sum(map(len, results.values()))} publishes")
+
+
+def test_writers_started_together_on_an_empty_database(pg_url, make_workspace, tmp_path):
+    """Four publishers released at once on an empty database race to create pyiceberg's catalog
+    tables, the namespace and the dataset's tables: all succeed and every event counts once."""
+    from conftest import publish_together
+    from test_concurrency import writer_batches
+
+    root = make_workspace({"name": "lakepub", "type": "sql", "uri": pg_url, "warehouse": ".lakepub/warehouse"})
+    plan = {f"s{w}": writer_batches(w, 2, 10) for w in range(4)}
+    results = publish_together(root, plan, tmp_path)
+    assert [r.code for r in results] == [0] * 4, [r.err for r in results]
+    ws = Workspace.open(root)
+    got = {r["day"]: (r["cents"], r["orders"]) for r in ws.query(f"SELECT * FROM {DATASET}").to_pylist()}
+    assert got == oracle_summary([e for batches in plan.values() for batch in batches for e in batch])
+    assert ws.committed_positions(DATASET) == {s: {"p0": 20} for s in plan}
