@@ -1,0 +1,69 @@
+"""YAML files checked against pydantic models: one ``ConfigError`` line naming the file and key.
+
+Every definition file of a workspace (``lakepub.yaml``, datasets, contracts) is parsed with a
+model that forbids unknown keys (a misspelt ``comit:`` would otherwise be silently ignored) and
+wrong types; a problem is one line ``<file>: '<key.path>' <what is wrong>``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from lakepub.errors import ConfigError
+
+
+class File(BaseModel):
+    """Base of the file models: unknown keys and implicit conversions are refused."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+_KINDS = {"string_type": "a string", "bool_type": "true or false", "dict_type": "a mapping",
+          "model_type": "a mapping", "model_attributes_type": "a mapping", "list_type": "a list",
+          "int_type": "an integer"}
+
+
+def parse(model: type[BaseModel], raw: dict[str, Any], path: Path,
+          special: Mapping[tuple[str, ...], str] | None = None, prefix: str = "") -> Any:
+    """``raw`` as ``model``, or one ConfigError line naming the file and the key path (after
+    ``prefix``, for a mapping nested in the file); ``special`` gives the message for a wrong value
+    at some key paths."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(str(part) for part in err["loc"])
+        key, kind, got = prefix + ".".join(loc), err["type"], _short(err.get("input"))
+    if kind == "missing" or (got == "None" and len(loc) == 1 and model.model_fields[loc[0]].is_required()):
+        raise ConfigError(f"{path}: '{key}' is required") from None
+    if kind == "extra_forbidden":
+        known = f" (known keys: {', '.join(model.model_fields)})" if len(loc) == 1 else ""
+        raise ConfigError(f"{path}: unknown key '{key}'{known}") from None
+    if special and loc in special:
+        raise ConfigError(f"{path}: '{key}' {special[loc]}") from None
+    if kind in _KINDS:
+        raise ConfigError(f"{path}: '{key}' must be {_KINDS[kind]}, not {got}") from None
+    if kind == "literal_error":
+        raise ConfigError(f"{path}: '{key}' must be one of {err['ctx']['expected']}, not {got}") from None
+    raise ConfigError(f"{path}: '{key}' {err['msg'].lower()}, not {got}") from None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path} not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a YAML mapping")
+    return data
