@@ -25,11 +25,14 @@ together (Arrow's joins would never match them).
 
 *Overflow.* Arrow's int64 sums wrap silently, so every sum first checks that no partial sum can
 leave the fast type (rows x largest magnitude within int64, or within 10^38 for decimal128);
-otherwise it sums in a wider type (decimal128(38,0) for integers, decimal256 for decimals) and
-casts back with a range check. A total (or a batch's net change of a group) outside int64 or
-decimal(38) raises ``OverflowRefused`` naming dataset, partition and group; a total of exactly
-2**63-1 is accepted. A count that would become negative is an inconsistency between the published
-table and the ledger (``LakepubError``: run ``lakepub verify --deep``).
+otherwise it sums in a wider type (decimal128(38,0) for integers, decimal256(76,s) for decimals)
+and casts back with a range check. A published total outside int64 or decimal(38) (in ``apply``
+or ``build``) raises ``OverflowRefused`` naming dataset, partition and group; a total of exactly
+2**63-1 is accepted. ``changes`` never refuses: a group's net change that does not fit the output
+type (deleting an entity holding -2**63 is +2**63) leaves that measure column in its wide type,
+which ``apply`` accepts. A count that would become negative, or a group with no entity left but
+non-zero sums, is an inconsistency between the published table and the ledger (``LakepubError``:
+run ``lakepub verify --deep``).
 
 *Order.* Output rows are sorted by the group_by columns, ascending, nulls last.
 
@@ -168,15 +171,15 @@ class Aggregate(Kind):
         if delta.num_rows:
             zero = None
             for m in self.measures:
-                is_zero = pc.equal(delta.column(m.name), pa.scalar(0, pa.int64()) if m.function == "count"
-                                   else _zero(m.out_type))
+                col = delta.column(m.name)
+                is_zero = pc.equal(col, _zero(col.type))
                 zero = is_zero if zero is None else pc.and_(zero, is_zero)
             delta = delta.filter(pc.invert(zero))
         return self._sorted(delta)
 
     def apply(self, current: pa.Table, changes: pa.Table) -> pa.Table:
         rows = [(current.select(self._schema.names).cast(self._schema), 1),
-                (changes.select(self._schema.names).cast(self._schema), 1)]
+                (changes.select(self._schema.names), 1)]
         merged = self._sum(rows, "apply")
         count = merged.column(self.count)
         negative = pc.less(count, 0)
@@ -213,40 +216,44 @@ class Aggregate(Kind):
         return pa.Table.from_arrays(columns, schema=self._schema)
 
     def _sum(self, parts: list[tuple[pa.Table, int]], stage: str) -> pa.Table:
-        """Signed sums by group of ``parts`` (each in the output schema), exact and range checked."""
+        """Signed sums by group of ``parts`` (output columns; a measure may be in its wide type),
+        exact; range checked against the output types except for ``changes``, whose net change
+        of a group stays wide when it does not fit (the total it is applied to may still fit)."""
         n = sum(t.num_rows for t, _ in parts)
-        wide = {m.name: _needs_wide(m.out_type, [t.column(m.name) for t, _ in parts], n) for m in self.measures}
+        wide = {}
+        for m in self.measures:
+            cols = [t.column(m.name) for t, _ in parts]
+            wide[m.name] = any(c.type != m.out_type for c in cols) or _needs_wide(m.out_type, cols, n)
         tables = []
         for table, sign in parts:
-            cols = [table.column(c) for c in self.group_by]
+            cols = [table.column(c).cast(self._schema.field(c).type) for c in self.group_by]
             for m in self.measures:
                 col = table.column(m.name)
                 if wide[m.name]:
                     col = col.cast(_wide(m.out_type))
                 cols.append(pc.negate(col) if sign < 0 else col)
-            names = self.group_by + [m.name for m in self.measures]
-            tables.append(pa.Table.from_arrays(cols, names=names))
+            tables.append(pa.Table.from_arrays(cols, names=self._schema.names))
         stacked = pa.concat_tables(tables)
-        if self.group_by:
-            summed = stacked.group_by(self.group_by, use_threads=False).aggregate(
-                [(m.name, "sum") for m in self.measures])
-        elif n:
-            summed = stacked.group_by([], use_threads=False).aggregate([(m.name, "sum") for m in self.measures])
-        else:
-            summed = stacked.slice(0, 0).rename_columns([f"{m.name}_sum" for m in self.measures])
+        aggregations = [(m.name, "sum") for m in self.measures]
+        if self.group_by or n:
+            summed = stacked.group_by(self.group_by, use_threads=False).aggregate(aggregations)
+        else:  # no rows and no group columns: Arrow would still make one (null) row
+            summed = stacked.rename_columns([f"{m.name}_sum" for m in self.measures])
         out = [summed.column(c) for c in self.group_by]
         for m in self.measures:
             col = summed.column(f"{m.name}_sum")
             if col.type != m.out_type:
                 col = self._narrow(summed, col, m, stage)
             out.append(col)
-        return pa.Table.from_arrays(out, schema=self._schema)
+        table = pa.Table.from_arrays(out, names=self._schema.names)
+        return table.cast(self._schema) if table.schema.types == self._schema.types else table
 
     def _narrow(self, summed: pa.Table, col: pa.ChunkedArray, m: Measure, stage: str) -> pa.ChunkedArray:
         try:
             return col.cast(m.out_type)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            pass
+            if stage == "changes":
+                return col
         if pa.types.is_integer(m.out_type):
             lo, hi, limit = INT64_MIN, INT64_MAX, "int64"
         else:
@@ -254,9 +261,8 @@ class Aggregate(Kind):
             lo, limit = -hi, f"decimal(38, {m.out_type.scale})"
         for i, v in enumerate(col.to_pylist()):
             if v is not None and not lo <= v <= hi:
-                note = " (its net change in this batch)" if stage == "changes" else ""
                 raise OverflowRefused(self.dataset, self.partition_label_of(summed.slice(i, 1)),
-                                      self._group_dict(summed, i), m.name, v, limit, note)
+                                      self._group_dict(summed, i), m.name, v, limit)
         raise LakepubError(f"cannot cast the sums of '{m.name}' to {m.out_type}")  # pragma: no cover
 
     def _group_dict(self, table: pa.Table, i: int) -> dict[str, Any]:

@@ -51,11 +51,11 @@ class OverflowRefused(UserError):
     """A published sum would leave its column's range (int64, or decimal(38)); nothing is published."""
 
     def __init__(self, dataset: str, partition: str, group: Mapping[str, Any], measure: str, total: object,
-                 limit: str, note: str = ""):
+                 limit: str):
         self.dataset, self.partition, self.group, self.measure, self.total = dataset, partition, dict(group), measure, total
         where = ", ".join(f"{k}={v!r}" for k, v in self.group.items()) or "(all rows)"
         super().__init__(
-            f"sum overflow in dataset '{dataset}': measure '{measure}'{note} of group {where} (partition {partition}) "
+            f"sum overflow in dataset '{dataset}': measure '{measure}' of group {where} (partition {partition}) "
             f"would be {total}, beyond the {limit} range of the published column; nothing was published. "
             "Check the batch for wrong values (e.g. a unit mix-up) and publish it corrected"
         )
