@@ -21,9 +21,11 @@ This is copy-on-write: ``apply`` returns whole partitions. The interface stays o
 merge-on-read implementation (the change rows are exactly its delete and insert files: the -1
 rows' keys are equality deletes).
 
-Cost (scripts/bench/projection_kinds.py, this VM): changes of 100k before + 100k after rows
-~3 ms; apply over a 1M-row table in 36 partitions ~0.2 s at once (anti join + sort), build of 1M
-states ~0.15 s.
+Cost (scripts/bench/projection_kinds.py; 2 shared cores, figures vary ~50% with load): for
+100k before + 100k after states of 1M published orders, ``changes`` ~1 ms; ``apply`` over all 36
+affected partitions (bucket(36, order_id) or month(day): 1M rows) ~0.18-0.42 s in one call, of
+which the anti join is ~0.15 s, the sort by key ~0.14 s and the take ~0.07 s: it grows with the
+table, not the batch (copy-on-write); ``build`` of 1M states ~0.07-0.12 s.
 """
 
 from __future__ import annotations
