@@ -31,41 +31,49 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, field_validator
 from sqlalchemy.engine import make_url
 
+from lakepub.contract.model import Contract, load_contracts
 from lakepub.errors import ConfigError, UnknownDataset
+from lakepub.projection.base import Entity, Kind, kind_of
+from lakepub.projection.partitioning import PartitionBy
 from lakepub.positions import NAME_RULE, valid_name
+from lakepub.yamlfile import File as _File, parse, read_yaml
 
 CONFIG_FILE = "lakepub.yaml"
-PARTITION_GRAINS = ("day", "month", "year")
-
-
-@dataclass(frozen=True)
-class Contract:
-    """A versioned data contract, referenced as ``contracts/<name>@vX.Y``."""
-
-    name: str
-    version: str
-    fields: dict[str, str]
-    primary_key: tuple[str, ...]
-
-    @property
-    def schema_ref(self) -> str:
-        return f"contracts/{self.name}@v{self.version}"
 
 
 @dataclass(frozen=True)
 class DatasetSpec:
-    """One dataset of the declarative catalog (``catalog/datasets/<name>.yaml``)."""
+    """One dataset of the declarative catalog (``catalog/datasets/<name>.yaml``): what it
+    publishes (its projection ``kind``, partitioned by ``partition``) from which entity's events."""
 
     name: str
     source: str
     contract: Contract
-    partition: str = "month"
+    kind: Kind
+    entity: str  # datasets naming the same entity share its ledger and publish together
     description: str = ""
     path: Path | None = None  # the YAML file that defines it, for errors naming file and key
+
+    @property
+    def partition(self) -> PartitionBy:
+        return self.kind.partition
+
+
+@dataclass(frozen=True)
+class EntityGroup:
+    """The datasets of one entity: one ledger, one source, one contract, published together."""
+
+    name: str
+    source: str
+    contract: Contract
+    datasets: tuple[DatasetSpec, ...]
+
+    @property
+    def dataset_names(self) -> tuple[str, ...]:
+        return tuple(d.name for d in self.datasets)
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,12 @@ class WorkspaceConfig:
     commit: str = "auto"
     key_index: bool = True  # keep the ledger's key index (local warehouses): store/key_index.py
     datasets: dict[str, DatasetSpec] = field(default_factory=dict)
+
+    def group(self, dataset: str) -> EntityGroup:
+        """The entity ``dataset`` publishes, with every dataset of it (in name order)."""
+        spec = self.dataset(dataset)
+        members = tuple(d for _, d in sorted(self.datasets.items()) if d.entity == spec.entity)
+        return EntityGroup(spec.entity, spec.source, spec.contract, members)
 
     @property
     def catalog_name(self) -> str:
@@ -112,10 +126,6 @@ def find_root(start: Path) -> Path:
 # --- the files' models: unknown keys and wrong types are refused --------------------------------
 
 
-class _File(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
 class _WorkspaceFile(_File):
     catalog: dict  # free: passed to pyiceberg's load_catalog
     namespace: str = "lakepub"
@@ -129,7 +139,9 @@ class _DatasetFile(_File):
     name: str
     source: str
     contract: str
-    partition: str = "month"
+    entity: str | None = None
+    projection: dict | None = None
+    partition: str | None = None
     description: str = ""
 
     @field_validator("description", mode="before")
@@ -138,59 +150,11 @@ class _DatasetFile(_File):
         return "" if value is None else value
 
 
-class _Constraints(_File):
-    primary_key: list[str] = Field(default_factory=list)
-    not_null: list[str] = Field(default_factory=list)
-
-
-class _ContractFile(_File):
-    name: str
-    version: str
-    fields: dict = Field(default_factory=dict)
-    constraints: _Constraints = Field(default_factory=_Constraints)
-
-    @field_validator("version", mode="before")
-    @classmethod
-    def _numeric_version(cls, value: Any) -> Any:  # `version: 1.0` is a YAML float
-        return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
-
-    @field_validator("fields", "constraints", mode="before")
-    @classmethod
-    def _empty(cls, value: Any) -> Any:
-        return {} if value is None else value
-
-
-_KINDS = {"string_type": "a string", "bool_type": "true or false", "dict_type": "a mapping",
-          "model_type": "a mapping", "model_attributes_type": "a mapping", "list_type": "a list"}
-_SPECIAL = {("catalog",): "must be a mapping of pyiceberg catalog properties",
-            ("fields",): "must map field names to types"}
+_SPECIAL = {("catalog",): "must be a mapping of pyiceberg catalog properties"}
 
 
 def _parse(model: type[BaseModel], raw: dict[str, Any], path: Path) -> Any:
-    """``raw`` as ``model``, or one ConfigError line naming the file and the key path."""
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = tuple(str(part) for part in err["loc"])
-        key, kind, got = ".".join(loc), err["type"], _short(err.get("input"))
-    if kind == "missing" or (got == "None" and len(loc) == 1 and model.model_fields[loc[0]].is_required()):
-        raise ConfigError(f"{path}: '{key}' is required") from None
-    if kind == "extra_forbidden":
-        known = f" (known keys: {', '.join(model.model_fields)})" if len(loc) == 1 else ""
-        raise ConfigError(f"{path}: unknown key '{key}'{known}") from None
-    if loc in _SPECIAL:
-        raise ConfigError(f"{path}: '{key}' {_SPECIAL[loc]}") from None
-    if kind in _KINDS:
-        raise ConfigError(f"{path}: '{key}' must be {_KINDS[kind]}, not {got}") from None
-    if kind == "literal_error":
-        raise ConfigError(f"{path}: '{key}' must be one of {err['ctx']['expected']}, not {got}") from None
-    raise ConfigError(f"{path}: '{key}' {err['msg'].lower()}, not {got}") from None
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return parse(model, raw, path, _SPECIAL)
 
 
 # --- loading ----------------------------------------------------------------------------------
@@ -199,7 +163,7 @@ def _short(value: Any) -> str:
 def load_workspace(root: Path) -> WorkspaceConfig:
     root = Path(root).resolve()
     path = root / CONFIG_FILE
-    raw = _read_yaml(path)
+    raw = read_yaml(path)
     if not isinstance(raw.get("catalog"), dict) or not raw["catalog"]:
         raise ConfigError(f"{path}: 'catalog' must be a mapping of pyiceberg catalog properties")
     parsed: _WorkspaceFile = _parse(_WorkspaceFile, raw, path)
@@ -218,57 +182,56 @@ def load_workspace(root: Path) -> WorkspaceConfig:
 
 
 def load_datasets(catalog_dir: Path) -> dict[str, DatasetSpec]:
-    contracts = {c.schema_ref: c for c in _load_contracts(catalog_dir / "contracts")}
+    contracts = {c.schema_ref: c for c in load_contracts(catalog_dir / "contracts")}
     datasets: dict[str, DatasetSpec] = {}
     folder = catalog_dir / "datasets"
     for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
-        raw: _DatasetFile = _parse(_DatasetFile, _read_yaml(path), path)
+        raw: _DatasetFile = _parse(_DatasetFile, read_yaml(path), path)
         for key in ("name", "source", "contract"):
             _required(getattr(raw, key), key, path)
         if raw.contract not in contracts:
             raise ConfigError(f"{path}: contract '{raw.contract}' not found in {catalog_dir / 'contracts'}")
-        if raw.partition not in PARTITION_GRAINS:
-            raise ConfigError(f"{path}: partition must be one of {', '.join(PARTITION_GRAINS)}, got '{raw.partition}'")
         if not raw.name.isidentifier():
             raise ConfigError(f"{path}: dataset name '{raw.name}' must be a SQL identifier (letters, digits, _)")
         if not valid_name(raw.source):  # it names the landing folder landing/<source>/
             raise ConfigError(f"{path}: source name '{raw.source}' is not valid: use {NAME_RULE}")
-        datasets[raw.name] = DatasetSpec(
-            name=raw.name,
-            source=raw.source,
-            contract=contracts[raw.contract],
-            partition=raw.partition,
-            description=raw.description,
-            path=path,
-        )
+        entity = raw.entity or raw.name
+        if not entity.isidentifier():
+            raise ConfigError(f"{path}: 'entity': '{entity}' must be an identifier (it names the entity's ledger)")
+        if raw.name in datasets:
+            raise ConfigError(f"{path}: dataset '{raw.name}' is also defined in {datasets[raw.name].path}")
+        contract = contracts[raw.contract]
+        definition = {k: v for k, v in (("projection", raw.projection), ("partition", raw.partition)) if v is not None}
+        if "projection" not in definition and not contract.is_orders_v1:
+            raise ConfigError(f"{path}: 'projection' is required (kind: aggregate or current): only a dataset of the "
+                              "original orders contract may leave it out")
+        kind = kind_of(definition, entity_of(contract), where=str(path), dataset=raw.name)
+        datasets[raw.name] = DatasetSpec(name=raw.name, source=raw.source, contract=contract, kind=kind,
+                                         entity=entity, description=raw.description, path=path)
+    _check_entities(datasets)
     return datasets
 
 
-def _load_contracts(folder: Path) -> list[Contract]:
-    out = []
-    for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
-        raw: _ContractFile = _parse(_ContractFile, _read_yaml(path), path)
-        out.append(
-            Contract(
-                name=_required(raw.name, "name", path),
-                version=_required(raw.version, "version", path),
-                fields={str(k): str(v) for k, v in raw.fields.items()},
-                primary_key=tuple(raw.constraints.primary_key),
-            )
-        )
-    return out
+def entity_of(contract: Contract) -> Entity:
+    """The contract's entity as the projection kinds see it."""
+    e = contract.entity
+    return Entity(contract.arrow_schema, e.key, e.version, e.deleted)
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path} not found") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a YAML mapping")
-    return data
+def _check_entities(datasets: dict[str, DatasetSpec]) -> None:
+    """Datasets sharing an entity share its ledger (``<entity>__ledger``): one contract, one source."""
+    first: dict[str, DatasetSpec] = {}
+    for spec in datasets.values():
+        other = first.setdefault(spec.entity, spec)
+        for key, mine, theirs in (("contract", spec.contract.schema_ref, other.contract.schema_ref),
+                                  ("source", spec.source, other.source)):
+            if mine != theirs:
+                raise ConfigError(f"{spec.path}: '{key}' is '{mine}' but '{other.name}' ({other.path}) of the same "
+                                  f"entity '{spec.entity}' has '{theirs}': datasets of one entity share its ledger, "
+                                  f"so they need one {key}")
+        if spec.entity != spec.name and spec.entity in datasets and datasets[spec.entity].entity != spec.entity:
+            raise ConfigError(f"{spec.path}: 'entity': '{spec.entity}' is a dataset of another entity; "
+                              "choose another entity name")
 
 
 def _required(value: str, key: str, path: Path) -> str:

@@ -100,3 +100,11 @@ def order_keys(ids: pa.Array | pa.ChunkedArray, version: str = ORDER_KEYS_VERSIO
                 chunk[lanes >= (lengths[live] - 8 * w)[:, None]] = 0
                 k1[live], k2[live] = _fold(k1[live], k2[live], chunk.view("<u8").ravel(), w)
     return k1.view(np.int64), k2.view(np.int64)
+
+
+def entity_keys(table: pa.Table, key_fields, version: str = ORDER_KEYS_VERSION) -> tuple[np.ndarray, np.ndarray]:
+    """(k1, k2) of the entities in ``table`` (their key columns ``key_fields``): a single string
+    key is hashed as an order id."""
+    if len(key_fields) != 1 or not pa.types.is_string(table.column(key_fields[0]).type):
+        raise NotImplementedError("composite and non-string entity keys")
+    return order_keys(table.column(key_fields[0]), version)

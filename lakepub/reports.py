@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakepub import duck, output
 from lakepub.errors import VerifyFailed
@@ -14,7 +15,10 @@ from lakepub.store import audit, key_index
 from lakepub.store.integrity import check_scannable
 from lakepub.store.key_index import KeyIndex
 from lakepub.publish.guards import describe, partition_mismatches
-from lakepub.store.layout import grain_of, has_history, ledger_id, partition_label
+from lakepub.projection.partitioning import PartitionBy
+from lakepub.publish.states import live_states
+from lakepub.store.layout import has_history, ledger_id
+from lakepub.store.published import partition_of
 from lakepub.store.record import Counts, foreign_head, latest_record, published_history, recorded_checksums
 from lakepub.workspace import Workspace
 
@@ -37,10 +41,10 @@ class DatasetStatus:
     published_at: str | None = None
     last_batch_id: str | None = None
     positions: dict[str, dict[str, int]] = field(default_factory=dict)
+    kind: str = ""
+    rows: int = 0
     partitions: int = 0
-    days: int = 0
-    live_orders: int = 0
-    cents: int = 0
+    measures: dict[str, object] = field(default_factory=dict)  # an aggregate's totals per measure
     totals: Counts = field(default_factory=Counts)
     conflicts: int = 0
     stale_refused: int = 0
@@ -92,13 +96,21 @@ def status(ws: Workspace, dataset: str, *, landing: str | None = None) -> Datase
         return DatasetStatus(dataset, spec.contract.schema_ref, False, landing=_landing(ws, dataset, {}, landing), **refused)
     history = next(published_history(table), None)
     record = history[1] if history else None
+    measures = [m.name for m in getattr(spec.kind, "measures", [])]
+    partition = spec.partition
     con = duck.connect(ws.config.catalog)
-    try:  # one row per day: small enough to total in Python from a single scan
-        rows = con.execute(f"SELECT day, cents, orders FROM {_scan(table)}").fetchall()
+    try:
+        sums = "".join(f", sum({_ident(m)})" for m in measures)
+        if partition.kind == "none":
+            n_rows, *totals = con.execute(f"SELECT count(*){sums} FROM {_scan(table)}").fetchone()
+            n_partitions = 1 if n_rows else 0
+        else:
+            parts = partition.values(con.execute(
+                f"SELECT {_ident(partition.column)} FROM {_scan(table)}").to_arrow_table())
+            n_partitions = len(pc.unique(parts))
+            n_rows, *totals = con.execute(f"SELECT count(*){sums} FROM {_scan(table, checked=True)}").fetchone()
     finally:
         con.close()
-    days, cents, orders = len(rows), sum(r[1] for r in rows), sum(r[2] for r in rows)
-    partitions = {partition_label(d, grain_of(table) or spec.partition) for d, _, _ in rows}
     foreign = foreign_head(table)
     positions = record.positions if record else {}
     return DatasetStatus(
@@ -109,10 +121,10 @@ def status(ws: Workspace, dataset: str, *, landing: str | None = None) -> Datase
         published_at=_iso(snapshot.timestamp_ms),
         last_batch_id=record.batch_id if record else None,
         positions=positions,
-        partitions=len(partitions),
-        days=days,
-        live_orders=int(orders),
-        cents=int(cents),
+        kind=spec.kind.name,
+        rows=int(n_rows),
+        partitions=n_partitions,
+        measures={m: _plain(t) for m, t in zip(measures, totals)},
         totals=record.totals if record else Counts(),
         landing=_landing(ws, dataset, positions.get(spec.source, {}), landing),
         note=(f"current {describe(foreign)}; positions and totals are those of lakepub's last publish "
@@ -150,20 +162,23 @@ def verify(ws: Workspace, dataset: str, *, deep: bool = False) -> VerifyReport:
     table = ws._summary_table(dataset)  # noqa: SLF001
     if table is None or table.current_snapshot() is None:
         return VerifyReport(dataset, None, 0, [], deep)
-    grain = grain_of(table)  # the table's real spec, whatever the definition says now
+    published = partition_of(table)  # the table's real spec, whatever the definition says now
+    schema = spec.kind.output_schema()
     con = duck.connect(ws.config.catalog)
     try:
-        rows = con.execute(f"SELECT day, cents, orders FROM {_scan(table)}").fetchall()
-        if grain is None:
+        rows = con.execute(f"SELECT * FROM {_scan(table)}").to_arrow_table()
+        if published is None:
             checked, mismatches = 0, [f"the partition spec of the published table was changed outside lakepub "
                                       f"({table.metadata.spec()})"]
         else:
-            checked, mismatches = partition_mismatches(recorded_checksums(table), rows, grain)
+            rows = rows.select(schema.names).cast(schema) if set(schema.names) <= set(rows.column_names) else rows
+            partition = PartitionBy.parse(published, str(spec.path))
+            checked, mismatches = partition_mismatches(recorded_checksums(table), rows, partition)
         foreign = foreign_head(table)
         if foreign is not None and mismatches:
             mismatches = [f"current {describe(foreign)} and changed the published data: {m}" for m in mismatches]
         if deep:
-            mismatches += _deep_check(ws, dataset, con, rows)
+            mismatches += _deep_check(ws, spec, con, rows)
     finally:
         con.close()
     return VerifyReport(dataset, table.current_snapshot().snapshot_id, checked, mismatches, deep)
@@ -174,20 +189,36 @@ def raise_if_failed(report: VerifyReport) -> None:
         raise VerifyFailed(f"verify {report.dataset}: {len(report.mismatches)} mismatch(es): {report.mismatches[0]}")
 
 
-def _deep_check(ws: Workspace, dataset: str, con, rows: list[tuple[date, int, int]]) -> list[str]:
-    ledger = ws.catalog.load_table(ledger_id(ws.config.namespace, dataset))
-    snapshot_id = _published_ledger_snapshot(ws, dataset, ledger)
+def _deep_check(ws: Workspace, spec, con, rows: pa.Table) -> list[str]:
+    """The published rows equal the dataset rebuilt from the ledger's live states."""
+    group = ws.config.group(spec.name)
+    ledger = ws.catalog.load_table(ledger_id(ws.config.namespace, group.name))
+    snapshot_id = _published_ledger_snapshot(ws, spec.name, ledger)
+    check_scannable(ledger, snapshot_id) if snapshot_id is not None else None
+    want = spec.kind.build(live_states(con, ledger, snapshot_id, spec.contract))
+    have = rows.select(want.column_names).cast(want.schema) if rows.num_rows else want.slice(0, 0)
+    want_rows, have_rows = _multiset(want), _multiset(have)
+    diffs = [f"row {r}: published {have_rows.get(r, 0)} time(s) but the ledger gives {want_rows.get(r, 0)}"
+             for r in sorted(set(want_rows) | set(have_rows), key=repr) if want_rows.get(r, 0) != have_rows.get(r, 0)]
     if snapshot_id is None:
-        return [f"{len(rows)} published day(s) but the ledger is empty"] if rows else []
-    expected = con.execute(f"""
-        SELECT day, sum(cents)::BIGINT, count(*)::BIGINT FROM (
-            SELECT * FROM {_scan(ledger, snapshot_id)}
-            QUALIFY row_number() OVER (PARTITION BY order_id ORDER BY version DESC) = 1
-        ) WHERE NOT deleted GROUP BY day""").fetchall()
-    want = {d: (c, o) for d, c, o in expected}
-    have = {d: (c, o) for d, c, o in rows}
-    return [f"day {d}: published {have.get(d)} but the ledger gives {want.get(d)}"
-            for d in sorted(set(want) | set(have)) if want.get(d) != have.get(d)] + _index_check(con, ledger, snapshot_id)
+        return diffs
+    return diffs[:20] + _index_check(con, ledger, snapshot_id)
+
+
+def _multiset(table: pa.Table) -> dict[tuple, int]:
+    out: dict[tuple, int] = {}
+    for row in zip(*(table.column(n).to_pylist() for n in table.column_names)):
+        out[row] = out.get(row, 0) + 1
+    return out
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _plain(value: object) -> object:
+    """A measure total for JSON: ints stay ints, decimals become strings."""
+    return value if isinstance(value, (int, float)) or value is None else str(value)
 
 
 def _index_check(con, ledger, snapshot_id: int) -> list[str]:
@@ -278,8 +309,8 @@ def status_text(s: DatasetStatus) -> str:
         lines += [
             f"  published snapshot  {s.snapshot_id} at {s.published_at} (batch {s.last_batch_id[:12] if s.last_batch_id else '-'})",
             *[f"  position {src:<11} {output.vector(vec)}" for src, vec in sorted(s.positions.items())],
-            f"  partitions          {s.partitions} ({s.days} days)",
-            f"  live orders         {s.live_orders}   cents {s.cents}",
+            f"  rows                {s.rows} in {s.partitions} partition(s) ({s.kind})",
+            *([f"  totals              " + "   ".join(f"{m} {v}" for m, v in s.measures.items())] if s.measures else []),
             f"  events              {t.events} (new versions {t.new_versions}, duplicates {t.duplicates}, "
             f"stale {t.stale}, superseded {t.superseded}, deletes {t.deletes})",
         ]

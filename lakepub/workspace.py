@@ -29,7 +29,7 @@ from lakepub.events import events_from_arrow, events_from_records, read_events
 from lakepub.failures import classified
 from lakepub.landing import LandingSource
 from lakepub.positions import Vector
-from lakepub.publish.publisher import PreparedBatch, Publisher, PublishResult
+from lakepub.publish.publisher import PreparedBatch, Publisher, PublishResult, prepare
 from lakepub.store.catalog import open_catalog
 from lakepub.store.integrity import check_scannable
 from lakepub.store.layout import summary_id
@@ -83,13 +83,14 @@ class Workspace:
         return self.config.dataset(name)
 
     def publisher(self, dataset: str) -> Publisher:
-        if dataset not in self._publishers:
-            spec = self.dataset(dataset)
-            self._publishers[dataset] = Publisher(
-                self.catalog, self.config.namespace, spec, lambda: duck.connect(self.config.catalog),
+        """The publisher of ``dataset``'s entity (shared by every dataset of it)."""
+        group = self.config.group(dataset)
+        if group.name not in self._publishers:
+            self._publishers[group.name] = Publisher(
+                self.catalog, self.config.namespace, group, lambda: duck.connect(self.config.catalog),
                 mode=self.config.commit, key_index=self.config.key_index,
             )
-        return self._publishers[dataset]
+        return self._publishers[group.name]
 
     # --- writing ---------------------------------------------------------------------------
 
@@ -111,7 +112,7 @@ class Workspace:
             name = "<stdin>" if str(events) == "-" else str(events)
             raise InvalidPosition(f"{name} has {table.num_rows} events but the range {positions.dumps(start_v)} -> "
                                   f"{positions.dumps(end_v)} covers {covered}")
-        return self.publisher(dataset).publish(table, source=source, start=start_v, end=end_v)
+        return self.publisher(dataset).publish(table, source=source, start=start_v, end=end_v, dataset=dataset)
 
     @classified
     def run(self, dataset: str, *, landing: str | Path | None = None, max_batch: int = 100_000,
@@ -133,10 +134,12 @@ class Workspace:
         results: list[PublishResult] = []
         position = dict(committed)
         # The first batch is read while the publisher opens (or creates) the dataset's tables.
-        with _ReadAhead(src.batches(committed, max_batch), Publisher.prepare) as batches:
+        contract = spec.contract
+        with _ReadAhead(src.batches(committed, max_batch), lambda t: prepare(t, contract)) as batches:
             publisher = self.publisher(dataset)
+            publisher.catch_up()  # a dataset added to an entity with history is built first
             for batch, start, end in batches:
-                result = publisher.publish(batch, source=spec.source, start=start, end=end)
+                result = publisher.publish(batch, source=spec.source, start=start, end=end, dataset=dataset)
                 results.append(result)
                 position = end
                 pending -= batch.events.num_rows
@@ -169,9 +172,14 @@ class Workspace:
         return reports.verify(self, dataset, deep=deep)
 
     def committed_positions(self, dataset: str) -> dict[str, Vector]:
-        table = self._summary_table(dataset)
-        record = latest_record(table) if table is not None else None
-        return record.positions if record else {}
+        """The positions of ``dataset``'s entity (its datasets are published together; one added
+        later is built at theirs)."""
+        for spec in self.config.group(dataset).datasets:
+            table = self._summary_table(spec.name)
+            record = latest_record(table) if table is not None else None
+            if record is not None:
+                return record.positions
+        return {}
 
     def published_tables(self) -> dict[str, str]:
         """{dataset: metadata location} of every dataset that has been published."""

@@ -55,7 +55,7 @@ def test_read_commands_in_json(ws: Workspace, cli):
     ws.publish("orders_daily", [A1], start={}, end={"p0": 1})
     ws.publish("orders_daily", [A2, B2], start={"p0": 1}, end={"p0": 3})
     status = cli("status", "--format", "json").json()
-    assert status[0]["live_orders"] == 1 and status[0]["cents"] == 150 and status[0]["partitions"] == 1
+    assert status[0]["measures"] == {"cents": 150, "orders": 1} and status[0]["partitions"] == 1
     assert status[0]["positions"] == {"orders": {"p0": 3}}
     # Published with `publish`, not from landing/: status says so instead of failing.
     assert status[0]["landing"]["missing"] == {"p0": 3}

@@ -111,6 +111,6 @@ def test_python_api_offers_the_read_commands(ws: Workspace):
     ws.publish("orders_daily", [{"order_id": "A", "version": 1, "day": "2025-10-01", "cents": 5, "deleted": False}],
                start={}, end={"p0": 1})
     status = ws.status("orders_daily")
-    assert status.published and status.cents == 5 and status.positions == {"orders": {"p0": 1}}
+    assert status.published and status.measures["cents"] == 5 and status.positions == {"orders": {"p0": 1}}
     assert [e.end for e in ws.log("orders_daily")] == [{"p0": 1}]
     assert ws.verify("orders_daily", deep=True).ok

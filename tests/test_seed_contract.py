@@ -8,8 +8,7 @@ from datetime import date
 import pytest
 
 from conftest import A1, A2, B1, B2, SEED_EVENTS, ledger_count, summary_rows, write_jsonl
-from lakepub.store.layout import partition_label
-from lakepub.store.write import partition_value
+from lakepub.store.layout import day_partition_value
 from lakepub.workspace import Workspace
 
 EXPECTED = [("2025-10-02", 150, 1)]
@@ -92,9 +91,8 @@ def test_partition_grains_rewrite_only_the_affected_partitions(ws_path, grain):
     other = {"order_id": "Z", "version": 1, "day": "2024-03-03", "cents": 7, "deleted": False}
     ws.publish("orders_daily", [A1, other], start={}, end={"p0": 2})
     table = ws.catalog.load_table(("lakepub", "orders_daily"))
-    old_label = partition_label(date(2024, 3, 3), grain)
     untouched = {t.file.file_path for t in table.scan().plan_files()
-                 if t.file.partition[0] == partition_value(old_label, grain)}
+                 if t.file.partition[0] == day_partition_value(date(2024, 3, 3), grain)}
     assert len(untouched) == 1
     result = ws.publish("orders_daily", [{**A2, "day": "2025-11-03"}], start={"p0": 2}, end={"p0": 3})
     expected_parts = {"day": ["2025-10-01", "2025-11-03"], "month": ["2025-10", "2025-11"], "year": ["2025"]}

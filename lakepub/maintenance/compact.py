@@ -41,10 +41,8 @@ from lakepub.errors import CommitContention, ConfigError, UserError
 from lakepub.identity import fingerprint
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_mode, reset_main
 from lakepub.store import key_index, layout
-from lakepub.store.layout import SUMMARY_ARROW, has_history, has_order_keys, ledger_arrow, load_tables
-from lakepub.publish import published_state
-from lakepub.publish.guards import check_foreign, table_grain
-from lakepub.store.record import Counts, latest_published
+from lakepub.store.layout import has_history, has_order_keys, ledger_arrow
+from lakepub.store.record import Counts
 from lakepub.store.write import transaction
 from lakepub.workspace import Workspace
 
@@ -98,20 +96,15 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
     if commit_mode(ws.catalog, ws.config.commit) != "atomic":
         raise ConfigError("ledger compaction needs the atomic commit of a SQL catalog (SQLite or PostgreSQL)")
     con = duck.connect(ws.config.catalog)
+    publisher = ws.publisher(dataset)  # the entity's: its checks (definition, foreign heads) apply here too
+    publisher.catch_up()  # every dataset of the entity names the compacted ledger, so each must exist
     for attempt in range(1, max_attempts + 1):
-        tables = load_tables(ws.catalog, ws.config.namespace, dataset)
-        latest = latest_published(tables.summary)
-        record = latest[1] if latest else None
+        ledger, tables, latest = publisher.load()
+        checkpoint = publisher.checkpoint(latest)
+        record = checkpoint[1] if checkpoint else None
         base = record.ledger_snapshot if record else None
-        # Its published snapshot carries the last record's positions: only onto published data.
-        grain = table_grain(spec, tables.summary)
-        if record is not None and latest[0].snapshot_id != tables.summary.metadata.current_snapshot_id:
-            state = published_state.load(tables.summary, grain)
-            check_foreign(tables.summary, latest, ((d, c, o) for rows in state.rows.values()
-                                                   for d, (c, o) in rows.items()), grain)
         if record is None or base is None:
             return CompactionResult(dataset, 0, 0, 0, 0, None, dry_run)
-        ledger = tables.ledger
         scan = duck.scan_sql(ledger.metadata_location, base)
         files_before = sum(1 for _ in ledger.scan(snapshot_id=base).plan_files())
         rows_before, rows_after = con.execute(
@@ -137,18 +130,21 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
         ledger_tx.append(reader.cast(schema), snapshot_properties=props if index is None else
                          {**props, key_index.INDEX_PROPERTY: key_index.encode([index])})
         compacted = ledger_tx.table_metadata.current_snapshot_id
-        summary_tx = transaction(tables.summary)
-        summary_tx.append(SUMMARY_ARROW.empty_table(), snapshot_properties=replace(
-            record,
-            batch_id=fingerprint("lakepub-compaction-v1", dataset, str(base), str(compacted)),
-            batch={"kind": "compaction", "source": "(compaction)", "rows_before": rows_before,
-                   "rows_after": rows_after},
-            checksums={},
-            counts=Counts(),
-            ledger_snapshot=compacted,
-        ).to_properties())
+        summaries = []
+        for name, table in tables.items():  # each dataset of the entity names the compacted ledger
+            tx = transaction(table)
+            tx.append(publisher.writers[name].schema.empty_table(), snapshot_properties=replace(
+                latest[name][1],
+                batch_id=fingerprint("lakepub-compaction-v1", publisher.group.name, str(base), str(compacted)),
+                batch={"kind": "compaction", "source": "(compaction)", "rows_before": rows_before,
+                       "rows_after": rows_after},
+                checksums={},
+                counts=Counts(),
+                ledger_snapshot=compacted,
+            ).to_properties())
+            summaries.append(TableChange(table, tx))
         try:
-            commit_atomically(ws.catalog, [TableChange(ledger, ledger_tx), TableChange(tables.summary, summary_tx)])
+            commit_atomically(ws.catalog, [TableChange(ledger, ledger_tx), *summaries])
         except CommitConflict:
             time.sleep(0.05 * 2 ** attempt)
             continue

@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from pyiceberg.table import Table
 
 from lakepub import duck
-from lakepub.publish.projection import BatchSide
+from lakepub.publish.versioning import BatchSide
 from lakepub.store import key_index
 from lakepub.store.key_index import KeyIndex, Run
 from lakepub.store.layout import has_history, has_order_keys, order_keys_version
@@ -33,7 +33,8 @@ Found = tuple[pa.Table, np.ndarray]  # rows (key_index.PAYLOAD columns), positio
 class LedgerLookup:
     """Looks up one dataset's ledger, by its key index where the snapshot has one."""
 
-    def __init__(self, con: Callable[[], duckdb.DuckDBPyConnection], ledger_location: str, *, use_index: bool = True):
+    def __init__(self, con: Callable[[], duckdb.DuckDBPyConnection], ledger_location: str, contract=None, *,
+                 use_index: bool = True):
         self._con = con
         folder = key_index.folder_of(ledger_location) if use_index else None
         self.index = KeyIndex(folder) if folder is not None else None

@@ -1,14 +1,20 @@
-"""The publish protocol, one batch at a time.
+"""The publish protocol, one batch of one entity at a time.
 
-1. validate the batch's range (events were validated when read);
+An entity (``EntityGroup``: the datasets that name it) has one ledger and one published table per
+dataset; a batch moves all of them in one atomic commit, recording the same positions on each.
+
+1. validate the batch's range (events were validated against the contract when read);
 2. the start vector must equal the committed vector of its source, else the batch is either
    already published (same identity in the history: success, nothing to do) or stale (refused);
-3. project the batch against the ledger (conflicts block the publish);
-4. rewrite the affected partitions of the published table (its current rows and files are kept
-   between publishes while no one else moves it: publish/published_state.py);
-5. write the new files, then commit ledger + published table (whose snapshot summary carries the
-   checkpoint) in one atomic catalog commit that asserts both expected parents;
+3. project the batch against the ledger (``publish/versioning.py``; conflicts block the publish);
+4. every dataset rewrites the partitions the changed entities touch (``publish/datasets.py``;
+   its current rows and files are kept between publishes while no one else moves it);
+5. write the new files, then commit the ledger and every published table (whose snapshot
+   summaries carry the checkpoint) in one atomic catalog commit that asserts each expected parent;
 6. a lost race reloads and starts over from step 2, a bounded number of times with backoff.
+
+A dataset added to an entity that already has history is first built from the ledger at the
+current position (``catch_up``), in a commit of its own, then maintained with its siblings.
 
 A crash anywhere before the pointer swap publishes nothing (the files written are orphans for
 the janitor); a crash after it is recognised as "already published" on retry.
@@ -18,8 +24,8 @@ from __future__ import annotations
 
 import random
 import time
-from concurrent.futures import Future
 import warnings
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
@@ -31,42 +37,48 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 
 from lakepub import positions
-from lakepub.config import DatasetSpec
-from lakepub.errors import BlockedError, CommitContention, InvalidPosition, OutcomeUnknown, PayloadConflict, StaleStart
+from lakepub.config import EntityGroup
+from lakepub.contract.model import Contract
+from lakepub.errors import (
+    BlockedError, CommitContention, ConfigError, ForeignChange, InvalidPosition, OutcomeUnknown, PayloadConflict,
+    StaleStart,
+)
 from lakepub.faults import fault_point
-from lakepub.identity import BatchIdentity, canonical, events_digest
+from lakepub.identity import BatchIdentity, canonical, events_digest, fingerprint
 from lakepub.positions import Vector
+from lakepub.publish.datasets import DatasetWriter, Rewrite
 from lakepub.publish.lookup import LedgerLookup
-from lakepub.publish.projection import BatchSide, Projection, prepare_batch, project
-from lakepub.publish.rebase import ledger_files_added_since, touches_orders
-from lakepub.publish import published_state
-from lakepub.publish.published_state import PublishedState
-from lakepub.publish.rewrite import check_totals, rewrite_partitions
+from lakepub.publish.rebase import ledger_files_added_since, touches_entities
+from lakepub.publish.states import live_states
+from lakepub.publish.versioning import BatchSide, Change, Shape, prepare_batch, project
 from lakepub.store import audit, key_index
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode, reset_main
-from lakepub.store.layout import (
-    HISTORY_ARROW, SUMMARY_ARROW, DatasetTables, day_partition_value, ensure_tables, ledger_arrow, load_tables, order_keys_version,
-)
 from lakepub.store.files import FileWriter
-from lakepub.store.write import append_files, partition_value, replace_partitions, transaction
+from lakepub.store.layout import HISTORY_ARROW, ensure_ledger, ledger_arrow, ledger_id, order_keys_version
+from lakepub.store.published import ensure_published
 from lakepub.store.record import Counts, PublishRecord, find_batch, latest_published
-from lakepub.publish.guards import check_foreign, table_grain
+from lakepub.store.write import append_files, transaction
 
-
-# Ledger columns written without a dictionary: unique values, where building one is wasted work
-# (88k rows: 22 ms -> 19 ms). Low-cardinality columns keep it: the ledger lookup decodes version
-# for every ledger row, and plain-encoded versions made it ~35% slower at 10M rows.
-_LEDGER_PLAIN = ("order_id", "k1", "k2")
+Latest = tuple  # (Snapshot, PublishRecord) of a dataset's newest record, or None
 
 
 @dataclass(frozen=True)
 class PreparedBatch:
     """A batch's events in canonical order, their digest and the batch side of the projection
-    (``Publisher.prepare``)."""
+    (``prepare``)."""
 
     events: pa.Table
     digest: str
     side: BatchSide
+
+
+def prepare(events: pa.Table, contract: Contract) -> PreparedBatch:
+    """Everything of a publish that needs no table: sort the events canonically, digest them, and
+    compute the batch side of the projection (``Workspace.run`` prepares the next batch in its
+    read-ahead thread while the current one publishes)."""
+    events = canonical(events)  # sorted once: the digest and the projection both need it
+    return PreparedBatch(events, events_digest(events, is_canonical=True),
+                         prepare_batch(events, Shape.of(contract)))
 
 
 @dataclass(frozen=True)
@@ -82,6 +94,7 @@ class PublishResult:
     counts: Counts
     partitions: list[str] = field(default_factory=list)
     attempts: int = 1
+    datasets: dict[str, list[str]] = field(default_factory=dict)  # every dataset moved -> its rewritten partitions
 
     def as_dict(self) -> dict[str, object]:
         out = asdict(self)
@@ -90,13 +103,13 @@ class PublishResult:
 
 
 class Publisher:
-    """Publishes batches of one dataset. Keeps a catalog handle and one DuckDB connection."""
+    """Publishes batches of one entity into its ledger and every dataset of it."""
 
     def __init__(
         self,
         catalog: Catalog,
         namespace: str,
-        spec: DatasetSpec,
+        group: EntityGroup,
         duck_factory: Callable[[], duckdb.DuckDBPyConnection],
         *,
         max_attempts: int = 10,
@@ -107,20 +120,24 @@ class Publisher:
     ):
         """``key_index``: keep and use the ledger's key index (``store/key_index.py``) where the
         warehouse allows it (a local file system); False looks the ledger up by scanning it."""
-        self.catalog, self.namespace, self.spec = catalog, namespace, spec
+        self.catalog, self.namespace, self.group, self.contract = catalog, namespace, group, group.contract
+        self.shape = Shape.of(group.contract)
         # DuckDB (~0.15 s of extension loading) is opened on first use: only a ledger without a
-        # key index, or a rebase check, needs it.
+        # key index, a rebase check or building a new dataset needs it.
         self._duck_factory = duck_factory
         self._con: duckdb.DuckDBPyConnection | None = None
-        self._published: PublishedState | None = None  # see publish/published_state.py
         self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
         self.rebases = 0  # commit races lost and retried, for tests and benchmarks
         self.ordered = commit_mode(catalog, mode) == "ordered"
-        tables = ensure_tables(catalog, namespace, spec.name, spec.partition)
-        self.grain = table_grain(spec, tables.summary)  # the table's real spec must be the definition's
-        self._vetted: int | None = None  # a foreign head whose data were found to be the published data
-        ledger = tables.ledger
-        self._lookup = LedgerLookup(lambda: self.con, ledger.location(), use_index=key_index)
+        if self.ordered and len(group.datasets) > 1:
+            raise ConfigError(f"{group.datasets[1].path}: datasets {', '.join(group.dataset_names)} share the entity "
+                              f"'{group.name}', which needs the atomic commit of a SQL catalog (SQLite or PostgreSQL) "
+                              "so that they never disagree; give each its own entity, or use a SQL catalog")
+        ledger = ensure_ledger(catalog, namespace, group.name, group.contract)
+        self.writers = {spec.name: DatasetWriter(spec) for spec in group.datasets}
+        for spec in group.datasets:  # created if new; a definition that changed under it is refused
+            self.writers[spec.name].check_definition(ensure_published(catalog, namespace, spec))
+        self._lookup = LedgerLookup(lambda: self.con, ledger.location(), group.contract, use_index=key_index)
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -128,15 +145,84 @@ class Publisher:
             self._con = self._duck_factory()
         return self._con
 
-    @staticmethod
-    def prepare(events: pa.Table) -> PreparedBatch:
-        """Everything of a publish that needs no table: sort the events canonically, digest them,
-        and compute the batch side of the projection (``Workspace.run`` prepares the next batch
-        in its read-ahead thread while the current one publishes)."""
-        events = canonical(events)  # sorted once: the digest and the projection both need it
-        return PreparedBatch(events, events_digest(events, is_canonical=True), prepare_batch(events))
+    def prepare(self, events: pa.Table) -> PreparedBatch:
+        return prepare(events, self.contract)
 
-    def publish(self, events: pa.Table | PreparedBatch, *, source: str, start: Vector, end: Vector) -> PublishResult:
+    # --- tables ---------------------------------------------------------------------------------
+
+    def load(self) -> tuple[Table, dict[str, Table], dict[str, Latest]]:
+        """The ledger, every published table and its newest record (each checked: ``guards``)."""
+        ledger = self.catalog.load_table(ledger_id(self.namespace, self.group.name))
+        tables = {name: self.catalog.load_table((self.namespace, name)) for name in self.writers}
+        latest = {name: latest_published(table) for name, table in tables.items()}
+        for name, table in tables.items():
+            self.writers[name].check_head(table, latest[name])
+        return ledger, tables, latest
+
+    def checkpoint(self, latest: dict[str, Latest]) -> tuple[str, PublishRecord] | None:
+        """The entity's checkpoint: the record its datasets agree on (None before any publish)."""
+        recorded = [(name, found[1]) for name, found in latest.items() if found is not None]
+        if not recorded:
+            return None
+        lead, record = recorded[0]
+        for name, other in recorded[1:]:
+            if other.positions != record.positions or other.ledger_snapshot != record.ledger_snapshot:
+                raise ForeignChange(
+                    f"datasets '{lead}' and '{name}' of entity '{self.group.name}' record different positions "
+                    f"({positions.dumps(record.positions)} vs {positions.dumps(other.positions)}); they are only ever "
+                    "committed together, so one was changed outside lakepub; nothing was published")
+        return lead, record
+
+    # --- building a new dataset -----------------------------------------------------------------
+
+    def catch_up(self) -> list[str]:
+        """Build every dataset of the entity that has no publish yet while its siblings have
+        history, from the ledger at their checkpoint; returns the datasets built."""
+        built: list[str] = []
+        for attempt in range(1, self.max_attempts + 1):
+            ledger, tables, latest = self.load()
+            checkpoint = self.checkpoint(latest)
+            missing = [name for name, found in latest.items() if found is None]
+            if checkpoint is None or not missing:
+                return built
+            try:
+                self._build(ledger, tables, checkpoint, missing[0])
+                built.append(missing[0])
+            except CommitConflict:
+                self.rebases += 1
+                time.sleep(self._backoff(attempt))
+        raise CommitContention(f"gave up building dataset(s) of entity '{self.group.name}' after "
+                               f"{self.max_attempts} attempts: concurrent writers kept moving it; retry")
+
+    def _build(self, ledger: Table, tables: dict[str, Table], checkpoint: tuple[str, PublishRecord], name: str) -> None:
+        lead, record = checkpoint
+        writer = self.writers[name]
+        states = live_states(self.con, ledger, record.ledger_snapshot, self.contract)
+        # The build is the change from nothing to every live state.
+        change = Change(new_ledger_rows=states.slice(0, 0), before=states.slice(0, 0), after=states, counts=Counts())
+        rewrite = writer.rewrite(tables[name], change)
+        built = PublishRecord(
+            batch_id=fingerprint("lakepub-build-v1", name, str(record.ledger_snapshot), record.batch_id),
+            batch={"kind": "build", "source": "(build)", "from": lead},
+            positions=record.positions,
+            contract=self.contract.schema_ref,
+            schema_id=tables[name].metadata.current_schema_id,
+            checksums=rewrite.checksums,
+            counts=Counts(partitions_rewritten=len(rewrite.partitions)),
+            totals=Counts(),
+            ledger_snapshot=record.ledger_snapshot,
+        )
+        tx, files = writer.stage(tables[name], rewrite, built)
+        # The ledger and the dataset it was built beside must not have moved meanwhile.
+        commit_atomically(self.catalog, [TableChange(ledger), TableChange(tables[lead]), TableChange(tables[name], tx)])
+        writer.committed(tables[name], tx, rewrite, files)
+
+    # --- publishing a batch ---------------------------------------------------------------------
+
+    def publish(self, events: pa.Table | PreparedBatch, *, source: str, start: Vector, end: Vector,
+                dataset: str | None = None) -> PublishResult:
+        """Publish one batch of the entity's events; ``dataset`` is the one the caller named
+        (its snapshot is the result's), default the first of the entity."""
         prepared = events if isinstance(events, PreparedBatch) else self.prepare(events)
         events = prepared.events
         covered = positions.check_range(start, end)
@@ -145,171 +231,146 @@ class Publisher:
                 f"batch has {events.num_rows} events but positions {positions.dumps(start)} -> "
                 f"{positions.dumps(end)} cover {covered} records"
             )
-        identity = BatchIdentity(self.spec.name, source, start, end, prepared.digest)
+        identity = BatchIdentity(self.group.name, source, start, end, prepared.digest)
+        self.catch_up()
         try:
-            return self._publish_with_retries(prepared, identity)
+            return self._publish_with_retries(prepared, identity, dataset or self.group.dataset_names[0])
         except BlockedError as exc:
             self._audit(identity, exc, events.num_rows)
             raise
 
-    def _publish_with_retries(self, prepared: PreparedBatch, identity: BatchIdentity) -> PublishResult:
+    def _publish_with_retries(self, prepared: PreparedBatch, identity: BatchIdentity, dataset: str) -> PublishResult:
         events = prepared.events
-        projection: Projection | None = None
+        change: Change | None = None
         base_ledger: int | None = None
         for attempt in range(1, self.max_attempts + 1):
-            tables = load_tables(self.catalog, self.namespace, self.spec.name)
-            latest = latest_published(tables.summary)  # the checkpoint, even under foreign snapshots
-            previous = latest[1] if latest else None
-            self._check_head(tables.summary, latest)
-            done = self._check_position(tables.summary, previous, identity, attempt)
+            ledger, tables, latest = self.load()
+            checkpoint = self.checkpoint(latest)
+            previous = checkpoint[1] if checkpoint else None
+            done = self._check_position(tables[dataset], previous, identity, attempt, dataset)
             if done is not None:
                 return done
-            # The ledger snapshot the published table names: under the atomic commit it is the
+            # The ledger snapshot the published tables name: under the atomic commit it is the
             # ledger's main; after an ordered-mode crash (or a switch of mode) main may hold an
             # append no publish names, so the recorded snapshot is read and built on, in both modes.
             head = previous.ledger_snapshot if previous else None
-            if projection is not None and not self._commutes(tables.ledger, base_ledger, head, events):
-                projection = None  # a concurrent publish touched our orders: recompute
-            if projection is None:
-                projection = project(prepared.side, self._lookup.rows(tables.ledger, head, prepared.side),
-                                     order_keys_version(tables.ledger))
+            if change is not None and not self._commutes(ledger, base_ledger, head, events):
+                change = None  # a concurrent publish touched our entities: recompute
+            if change is None:
+                found = self._lookup.rows(ledger, head, prepared.side)
+                change = project(prepared.side, found, order_keys_version(ledger))
                 base_ledger = head
             try:
-                return self._attempt(tables, previous, projection, identity, attempt)
+                return self._attempt(ledger, tables, latest, previous, change, identity, attempt, dataset)
             except CommitConflict:
                 self.rebases += 1
                 time.sleep(self._backoff(attempt))
             except OutcomeUnknown:
                 # The database may have committed. Its state is definite now: look it up.
-                found = find_batch(self.catalog.load_table(tables.summary.name()), identity.batch_id)
-                if found is None:
+                found_batch = find_batch(self.catalog.load_table(tables[dataset].name()), identity.batch_id)
+                if found_batch is None:
                     raise
-                return self._already_published(identity, found[0].snapshot_id, found[1].positions, attempt)
+                return self._already_published(identity, found_batch[0].snapshot_id, found_batch[1].positions,
+                                               attempt, dataset)
         raise CommitContention(
-            f"gave up after {self.max_attempts} attempts: concurrent writers kept moving dataset "
-            f"'{self.spec.name}'; nothing was published by this batch, retry it"
+            f"gave up after {self.max_attempts} attempts: concurrent writers kept moving entity "
+            f"'{self.group.name}'; nothing was published by this batch, retry it"
         )
 
-    def _check_head(self, summary: Table, latest: tuple | None) -> None:
-        """Build only on published data: the table's grain is still the definition's, and a head
-        written by another tool holds exactly the published data (``publish/guards.py``)."""
-        self.grain = table_grain(self.spec, summary)
-        current = summary.metadata.current_snapshot_id
-        if current is None or current == self._vetted or (latest is not None and latest[0].snapshot_id == current):
-            return
-        state = self._published_state(summary)
-        check_foreign(summary, latest, ((day, c, o) for rows in state.rows.values() for day, (c, o) in rows.items()),
-                      self.grain)
-        self._vetted = current
-
-    def _check_position(self, summary: Table, record: PublishRecord | None, identity: BatchIdentity,
-                        attempt: int) -> PublishResult | None:
+    def _check_position(self, table: Table, record: PublishRecord | None, identity: BatchIdentity,
+                        attempt: int, dataset: str) -> PublishResult | None:
         committed = (record.positions if record else {}).get(identity.source, {})
         if positions.same_position(identity.start, committed):
             return None
-        found = find_batch(summary, identity.batch_id)
+        found = find_batch(table, identity.batch_id)
         if found is not None:
-            return self._already_published(identity, found[0].snapshot_id, found[1].positions, attempt)
+            return self._already_published(identity, found[0].snapshot_id, found[1].positions, attempt, dataset)
         raise StaleStart(identity.source, positions.normalize(identity.start), positions.normalize(committed),
-                         _truncated_history_note(summary, identity, committed))
+                         _truncated_history_note(table, identity, committed))
 
     def _commutes(self, ledger: Table, base_snapshot_id: int | None, head_snapshot_id: int | None,
                   events: pa.Table) -> bool:
-        """Whether the ledger commits between our base and the new head touched none of our orders."""
+        """Whether the ledger commits between our base and the new head touched none of our entities."""
         if head_snapshot_id == base_snapshot_id:
             return True
         self.con.register("lp_rebase_events", events)
         try:
             files = ledger_files_added_since(ledger, base_snapshot_id, head_snapshot_id)
-            return files is not None and not touches_orders(self.con, files, "lp_rebase_events")
+            return files is not None and not touches_entities(self.con, files, "lp_rebase_events", self.shape.key)
         except (OSError, duckdb.IOException):  # e.g. manifests of an expired snapshot already removed
             return False
         finally:
             self.con.unregister("lp_rebase_events")
 
-    def _attempt(self, tables: DatasetTables, previous: PublishRecord | None, projection: Projection,
-                 identity: BatchIdentity, attempt: int) -> PublishResult:
+    def _attempt(self, ledger: Table, tables: dict[str, Table], latest: dict[str, Latest],
+                 previous: PublishRecord | None, change: Change, identity: BatchIdentity, attempt: int,
+                 dataset: str) -> PublishResult:
+        # Every dataset's new partitions first: a refusal (a sum out of range) writes nothing.
+        rewrites: dict[str, Rewrite] = {name: writer.rewrite(tables[name], change)
+                                        for name, writer in self.writers.items()}
         # The ledger's new data file and key-index run are written in the background while the
-        # partitions are rewritten.
+        # partitions' files are written.
         ledger_base = previous.ledger_snapshot if previous else None
-        grain = self.grain
-        state = self._published_state(tables.summary)
-        values = {day_partition_value(day, grain) for day in projection.deltas}
-        current = state.rows_of(values)
-        check_totals(self.spec.name, current, projection.deltas, grain)  # refused before anything is written
         ledger_file = runs = None
-        if projection.new_ledger_rows.num_rows:
-            rows = _ledger_rows(projection.new_ledger_rows, identity.batch_id, ledger_arrow(tables.ledger))
-            ledger_file = FileWriter(tables.ledger.metadata, tables.ledger.io, plain=_LEDGER_PLAIN).submit([(None, rows)])
-            runs = self._lookup.submit_runs_after(tables.ledger, ledger_base, projection.new_ledger_rows)
-        rewrite = rewrite_partitions(current, projection.deltas, grain, self.spec.name)
-        counts = replace(projection.counts, partitions_rewritten=len(rewrite.partitions))
+        if change.new_ledger_rows.num_rows:
+            rows = _ledger_rows(change.new_ledger_rows, identity.batch_id, ledger_arrow(ledger, self.contract))
+            plain = (*self.shape.key, "k1", "k2")
+            ledger_file = FileWriter(ledger.metadata, ledger.io, plain=plain).submit([(None, rows)])
+            runs = self._lookup.submit_runs_after(ledger, ledger_base, change.new_ledger_rows)
         new_positions = positions.advance(previous.positions if previous else {}, identity.source, identity.end)
 
         ledger_tx = None
         ledger_snapshot = ledger_base
         if ledger_file is not None and runs is not None:
-            ledger_tx = _stage_ledger(tables.ledger, ledger_base, ledger_file, identity.batch_id, runs.result())
+            ledger_tx = _stage_ledger(ledger, ledger_base, ledger_file, identity.batch_id, runs.result())
             ledger_snapshot = ledger_tx.table_metadata.current_snapshot_id
 
-        record = PublishRecord(
-            batch_id=identity.batch_id,
-            batch=identity.as_dict(),
-            positions=new_positions,
-            contract=self.spec.contract.schema_ref,
-            schema_id=tables.summary.metadata.current_schema_id,
-            checksums=rewrite.checksums,
-            counts=counts,
-            totals=(previous.totals if previous else Counts()) + counts,
-            ledger_snapshot=ledger_snapshot,
-        )
-        summary_tx = transaction(tables.summary)
-        props = record.to_properties()
-        new_files = []
-        if rewrite.partitions:
-            new_files = replace_partitions(summary_tx, tables.summary, state.files_of(values), rewrite.parts, grain,
-                                           props)
-        else:
-            summary_tx.append(SUMMARY_ARROW.empty_table(), snapshot_properties=props)
+        staged: dict[str, tuple[Transaction, list[DataFile]]] = {}
+        for name, writer in self.writers.items():
+            counts = replace(change.counts, partitions_rewritten=len(rewrites[name].partitions))
+            own = latest[name][1] if latest[name] is not None else None
+            record = PublishRecord(
+                batch_id=identity.batch_id,
+                batch=identity.as_dict(),
+                positions=new_positions,
+                contract=self.contract.schema_ref,
+                schema_id=tables[name].metadata.current_schema_id,
+                checksums=rewrites[name].checksums,
+                counts=counts,
+                totals=(own.totals if own else Counts()) + counts,
+                ledger_snapshot=ledger_snapshot,
+            )
+            staged[name] = writer.stage(tables[name], rewrites[name], record)
         fault_point("after-data-write")
 
-        changes = [TableChange(tables.ledger, ledger_tx), TableChange(tables.summary, summary_tx)]
+        changes = [TableChange(ledger, ledger_tx), *(TableChange(tables[n], staged[n][0]) for n in self.writers)]
         if self.ordered:
             commit_in_order(self.catalog, changes)
         else:
             commit_atomically(self.catalog, changes)
         fault_point("after-commit")
-        snapshot_id = summary_tx.table_metadata.current_snapshot_id
-        new_rows = {partition_value(label, grain): rows for label, rows in rewrite.rows.items()}
-        self._published = state.replaced(snapshot_id, values, new_rows, new_files)
+        snapshots = {name: writer.committed(tables[name], staged[name][0], rewrites[name], staged[name][1])
+                     for name, writer in self.writers.items()}
         return PublishResult(
             status="published",
-            dataset=self.spec.name,
+            dataset=dataset,
             batch_id=identity.batch_id,
-            snapshot_id=snapshot_id,
+            snapshot_id=snapshots[dataset],
             source=identity.source,
             start=positions.normalize(identity.start),
             end=positions.normalize(identity.end),
             positions=new_positions,
-            counts=counts,
-            partitions=rewrite.partitions,
+            counts=replace(change.counts, partitions_rewritten=len(rewrites[dataset].partitions)),
+            partitions=rewrites[dataset].partitions,
             attempts=attempt,
+            datasets={name: r.partitions for name, r in rewrites.items()},
         )
 
-    def _published_state(self, summary: Table) -> PublishedState:
-        """The published table's rows and files: kept from our last publish if still current."""
-        current = summary.metadata.current_snapshot_id
-        if current is None:
-            return PublishedState(None, {}, {})
-        if self._published is None or self._published.snapshot_id != current:
-            self._published = published_state.load(summary, self.grain)
-        return self._published
-
     def _already_published(self, identity: BatchIdentity, snapshot_id: int, committed: dict[str, Vector],
-                           attempt: int) -> PublishResult:
+                           attempt: int, dataset: str) -> PublishResult:
         return PublishResult(
             status="already-published",
-            dataset=self.spec.name,
+            dataset=dataset,
             batch_id=identity.batch_id,
             snapshot_id=snapshot_id,
             source=identity.source,
@@ -326,7 +387,7 @@ class Publisher:
 
     def _audit(self, identity: BatchIdentity, exc: BlockedError, n_events: int) -> None:
         outcome = "conflict" if isinstance(exc, PayloadConflict) else "stale-start"
-        entry = audit.AuditEntry(self.spec.name, identity.source, identity.batch_id, outcome, exc.one_line(), n_events)
+        entry = audit.AuditEntry(self.group.name, identity.source, identity.batch_id, outcome, exc.one_line(), n_events)
         try:
             audit.record(self.catalog, self.namespace, entry)
         except Exception as err:  # the refusal itself must reach the user even if the audit write fails
@@ -353,8 +414,8 @@ def _ledger_rows(rows: pa.Table, batch_id: str, schema: pa.Schema) -> pa.Table:
     columns["batch_id"] = pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows.num_rows, np.int32)),
                                                          pa.array([batch_id], pa.string()))
     columns["floor"] = pa.nulls(rows.num_rows, pa.int64())
-    if HISTORY_ARROW.name in schema.names:  # a compacted ledger: only compaction fills it
-        columns[HISTORY_ARROW.name] = pa.nulls(rows.num_rows, HISTORY_ARROW.type)
+    if "history" in schema.names:  # a compacted ledger: only compaction fills it
+        columns["history"] = pa.nulls(rows.num_rows, schema.field("history").type)
     return pa.table([columns[name] for name in schema.names], names=schema.names)
 
 

@@ -43,12 +43,13 @@ def ledger_files_added_since(ledger: Table, base_snapshot_id: int | None,
     return files
 
 
-def touches_orders(con: duckdb.DuckDBPyConnection, files: list[str], events_view: str) -> bool:
-    """Whether any of the ledger ``files`` holds an order_id of ``events_view``."""
+def touches_entities(con: duckdb.DuckDBPyConnection, files: list[str], events_view: str, key: tuple[str, ...]) -> bool:
+    """Whether any of the ledger ``files`` holds an entity (key fields ``key``) of ``events_view``."""
     if not files:
         return False
     paths = ", ".join(f"'{_q(p)}'" for p in files)
+    columns = ", ".join('"' + k.replace('"', '""') + '"' for k in key)
     row = con.execute(
-        f"SELECT 1 FROM read_parquet([{paths}]) WHERE order_id IN (SELECT order_id FROM {events_view}) LIMIT 1"
+        f"SELECT 1 FROM read_parquet([{paths}]) WHERE ({columns}) IN (SELECT ({columns}) FROM {events_view}) LIMIT 1"
     ).fetchone()
     return row is not None

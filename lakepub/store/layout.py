@@ -73,6 +73,7 @@ _TABLE_PROPERTIES = {
 # 37-file table: 1.31x -> ~1.23x of the same files as plain Parquet, scripts/bench/reads.py).
 # Stats on day are kept: pyiceberg's own overwrite/delete with a day filter (a user's republish
 # script) needs them to tell whole-file matches from partial ones, else it rewrites every file.
+TABLE_PROPERTIES = _TABLE_PROPERTIES  # shared with store/published.py
 _SUMMARY_PROPERTIES = {"write.metadata.metrics.default": "none", "write.metadata.metrics.column.day": "full"}
 _TRANSFORMS = {"day": DayTransform(), "month": MonthTransform(), "year": YearTransform()}
 
@@ -103,6 +104,16 @@ def ensure_tables(catalog: Catalog, namespace: str, dataset: str, grain: str) ->
     return DatasetTables(summary=summary, ledger=ledger)
 
 
+def ensure_ledger(catalog: Catalog, namespace: str, entity: str, contract) -> Table:
+    """Create the entity's ledger if it does not exist yet, and load it."""
+    ensure_namespace(catalog, namespace)
+    if not contract.is_orders_v1:
+        raise NotImplementedError("generic ledgers arrive with the generic layout")
+    ledger_sort = SortOrder(SortField(source_id=1, transform=IdentityTransform()))
+    return _create_or_load(catalog, ledger_id(namespace, entity), LEDGER_SCHEMA, PartitionSpec(), ledger_sort,
+                           {ORDER_KEYS_PROPERTY: ORDER_KEYS_VERSION})
+
+
 def has_order_keys(ledger: Table) -> bool:
     """Whether the ledger stores order keys (created by lakepub >= 0.2); older ledgers are
     looked up by order_id, which is correct, only slower."""
@@ -119,7 +130,7 @@ def order_keys_version(ledger: Table) -> str | None:
     return version
 
 
-def ledger_arrow(ledger: Table) -> pa.Schema:
+def ledger_arrow(ledger: Table, contract=None) -> pa.Schema:
     """The Arrow schema of the ledger's rows (without k1/k2 for a ledger created before them;
     with ``history`` once compacted)."""
     schema = LEDGER_ARROW if has_order_keys(ledger) else pa.schema([f for f in LEDGER_ARROW if f.name not in ("k1", "k2")])

@@ -19,6 +19,8 @@ The data files are written by ``store.files.FileWriter``; transactions are ``Mem
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestFile
@@ -32,12 +34,6 @@ from pyiceberg.table.update.snapshot import _OverwriteFiles
 
 from lakepub.errors import LakepubError
 from lakepub.store.files import FileWriter
-from lakepub.store.layout import day_partition_value, partition_range
-
-
-def partition_value(label: str, grain: str) -> int:
-    """The Iceberg partition value (day/month/year transform of ``day``) of a partition label."""
-    return day_partition_value(partition_range(label, grain)[0], grain)
 
 
 class MemoTransaction(Transaction):
@@ -65,15 +61,18 @@ def transaction(table: Table) -> Transaction:
     return MemoTransaction(table)
 
 
-def replace_partitions(tx: Transaction, table: Table, old_files: list[DataFile], parts: dict[str, pa.Table],
-                       grain: str, snapshot_properties: dict[str, str]) -> list[DataFile]:
+def replace_partitions(tx: Transaction, table: Table, old_files: list[DataFile], parts: dict[Any, pa.Table],
+                       snapshot_properties: dict[str, str]) -> list[DataFile]:
     """Stage in ``tx`` one snapshot deleting ``old_files`` and adding a file per partition of ``parts``.
 
-    ``old_files`` are the current files of the rewritten partitions; ``parts`` maps a partition
-    label to its new rows (a rewritten partition left empty has no entry). Returns the new files.
+    ``old_files`` are the current files of the rewritten partitions; ``parts`` maps an Iceberg
+    partition value (None: the table is unpartitioned) to its new rows (a rewritten partition left
+    empty has no entry). Returns the new files.
     """
     writer = FileWriter(tx.table_metadata, table.io)
-    new_files = writer.write([(Record(partition_value(label, grain)), rows) for label, rows in sorted(parts.items())])
+    partitioned = bool(tx.table_metadata.spec().fields)
+    new_files = writer.write([(Record(value) if partitioned else Record(), rows)
+                              for value, rows in sorted(parts.items(), key=lambda kv: _order(kv[0]))])
     operation = Operation.OVERWRITE if tx.table_metadata.current_snapshot_id is not None else Operation.APPEND
     with _CompactingOverwrite(operation=operation, transaction=tx, io=table.io, branch=MAIN_BRANCH,
                               snapshot_properties=snapshot_properties) as overwrite:
@@ -82,6 +81,10 @@ def replace_partitions(tx: Transaction, table: Table, old_files: list[DataFile],
         for data_file in new_files:
             overwrite.append_data_file(data_file)
     return new_files
+
+
+def _order(value: Any) -> tuple[bool, Any]:
+    return (value is None, value if value is not None else 0)
 
 
 def append_files(tx: Transaction, data_files: list[DataFile], snapshot_properties: dict[str, str]) -> None:

@@ -1,0 +1,100 @@
+"""One dataset of an entity inside a publish: its changed partitions, rewritten copy-on-write.
+
+A publish projects a batch once per entity (``publish/versioning.py``: the before and after
+states of the entities it changes); every dataset of the entity turns those into its own change
+rows (``Kind.changes``), merges them into the current rows of the partitions they touch
+(``Kind.apply``) and replaces those partitions' files. Only partitions holding a changed row are
+rewritten; an entity that moves to another partition retracts from the old one and adds to the
+new one in the same commit. Each rewritten partition's checksum is recorded (its first 64 bits).
+
+Refusals (a sum leaving its column's range) happen in ``rewrite``, before anything is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table, Transaction
+
+from lakepub.config import DatasetSpec
+from lakepub.identity import RECORDED_CHECKSUM_HEX
+from lakepub.projection.checksum import partition_checksum
+from lakepub.publish import published_state
+from lakepub.publish.guards import check_definition, check_foreign
+from lakepub.publish.published_state import PublishedState, split
+from lakepub.publish.versioning import Change
+from lakepub.store.record import PublishRecord
+from lakepub.store.write import replace_partitions, transaction
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    values: frozenset[Any]  # Iceberg partition values rewritten (None: the unpartitioned table)
+    rows: dict[Any, pa.Table]  # their new rows (empty for a partition left empty)
+    checksums: dict[str, str]  # partition label -> recorded checksum of its new rows
+    partitions: list[str]  # labels, sorted
+
+
+class DatasetWriter:
+    """Publishes one dataset's part of each batch; keeps its published state between publishes."""
+
+    def __init__(self, spec: DatasetSpec):
+        self.spec = spec
+        self.schema = spec.kind.output_schema()
+        self._state: PublishedState | None = None
+        self._vetted: int | None = None  # a foreign head whose data were found to be the published data
+
+    def state(self, table: Table) -> PublishedState:
+        """The published rows and files: kept from our last publish if still current."""
+        current = table.metadata.current_snapshot_id
+        if current is None:
+            return PublishedState(None, self.schema, {}, {})
+        if self._state is None or self._state.snapshot_id != current:
+            self._state = published_state.load(table, self.schema, self.spec.partition)
+        return self._state
+
+    def check_definition(self, table: Table) -> None:
+        check_definition(self.spec, table)
+
+    def check_head(self, table: Table, latest: tuple | None) -> None:
+        """Build only on published data: the table is still what the definition declares, and a
+        head written by another tool holds exactly the published data (``publish/guards.py``)."""
+        check_definition(self.spec, table)
+        current = table.metadata.current_snapshot_id
+        if current is None or current == self._vetted or (latest is not None and latest[0].snapshot_id == current):
+            return
+        check_foreign(table, latest, self.state(table).all_rows(), self.spec.partition)
+        self._vetted = current
+
+    def rewrite(self, table: Table, change: Change) -> Rewrite:
+        """The new content of every partition the batch changes (nothing written yet)."""
+        kind, partition = self.spec.kind, self.spec.partition
+        changes = kind.changes(change.before, change.after)
+        if not changes.num_rows:
+            return Rewrite(frozenset(), {}, {}, [])
+        values = frozenset(partition.values(changes).to_pylist()) if partition.kind != "none" else frozenset([None])
+        state = self.state(table)
+        new = kind.apply(state.rows_of(values), changes)
+        by_value = split(new, partition)
+        rows = {v: by_value.get(v, self.schema.empty_table()) for v in values}
+        checksums = {partition.label(v): partition_checksum(r)[:RECORDED_CHECKSUM_HEX] for v, r in rows.items()}
+        return Rewrite(values, rows, checksums, sorted(checksums))
+
+    def stage(self, table: Table, rewrite: Rewrite, record: PublishRecord) -> tuple[Transaction, list[DataFile]]:
+        """A transaction replacing the rewritten partitions, its snapshot carrying ``record``."""
+        tx = transaction(table)
+        props = record.to_properties()
+        if rewrite.values:
+            parts = {v: r for v, r in rewrite.rows.items() if r.num_rows}
+            return tx, replace_partitions(tx, table, self.state(table).files_of(rewrite.values), parts, props)
+        tx.append(self.schema.empty_table(), snapshot_properties=props)
+        return tx, []
+
+    def committed(self, table: Table, tx: Transaction, rewrite: Rewrite, new_files: list[DataFile]) -> int:
+        """Remember the state after our commit; returns the new snapshot id."""
+        snapshot_id = tx.table_metadata.current_snapshot_id
+        self._state = self.state(table).replaced(snapshot_id, set(rewrite.values), rewrite.rows, new_files)
+        return snapshot_id
