@@ -100,7 +100,7 @@ def test_reads_what_it_published_then(old_ws: Path):
     [status] = ok_json(old_ws, "status", DATASET)
     assert status["snapshot_id"] == EXPECTED["status"]["snapshot_id"]
     assert status["positions"] == EXPECTED["positions"] == {"orders": {"p0": 1250, "p1": 1250}}
-    assert (status["live_orders"], status["cents"], status["days"]) == (
+    assert (status["measures"]["orders"], status["measures"]["cents"], status["rows"]) == (
         EXPECTED["status"]["live_orders"], EXPECTED["status"]["cents"], EXPECTED["status"]["days"])
     assert status["stale_refused"] == 1  # the audit table written by 013cd58
     assert status["landing"]["pending"] == 500
