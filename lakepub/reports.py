@@ -13,6 +13,8 @@ from lakepub.landing import LandingSource
 from lakepub.store import audit, key_index
 from lakepub.store.integrity import check_scannable
 from lakepub.store.key_index import KeyIndex
+from lakepub.contract.model import Contract
+from lakepub.contract.orders import ORDERS_CONTRACT
 from lakepub.publish.guards import describe, partition_mismatches
 from lakepub.store.layout import grain_of, has_history, ledger_id, partition_label
 from lakepub.store.record import Counts, foreign_head, latest_record, published_history, recorded_checksums
@@ -186,30 +188,35 @@ def _deep_check(ws: Workspace, dataset: str, con, rows: list[tuple[date, int, in
         ) WHERE NOT deleted GROUP BY day""").fetchall()
     want = {d: (c, o) for d, c, o in expected}
     have = {d: (c, o) for d, c, o in rows}
-    return [f"day {d}: published {have.get(d)} but the ledger gives {want.get(d)}"
-            for d in sorted(set(want) | set(have)) if want.get(d) != have.get(d)] + _index_check(con, ledger, snapshot_id)
+    days = [f"day {d}: published {have.get(d)} but the ledger gives {want.get(d)}"
+            for d in sorted(set(want) | set(have)) if want.get(d) != have.get(d)]
+    return days + _index_check(con, ledger, snapshot_id, ORDERS_CONTRACT)
 
 
-def _index_check(con, ledger, snapshot_id: int) -> list[str]:
-    """The key-index runs the ledger snapshot names hold exactly its rows (store/key_index.py)."""
+def _index_check(con, ledger, snapshot_id: int, contract: Contract = ORDERS_CONTRACT) -> list[str]:
+    """The key-index runs the ledger snapshot names hold exactly its rows (store/key_index.py),
+    compared as (k1, version, state fields, low k2, floor) multisets."""
     runs = key_index.runs_of(ledger.snapshot_by_id(snapshot_id))
     folder = key_index.folder_of(ledger.location())
     if runs is None or folder is None:
         return []
-    index = KeyIndex(folder)
+    schema = key_index.index_schema(contract)
+    index = KeyIndex(folder, schema)
     try:
         batches = [b for run in runs for b in index.batches(run)]
     except OSError as exc:
         return [f"ledger key index: a run is unreadable ({' '.join(str(exc).split())}); publishes scan the "
                 f"ledger instead until `lakepub compact` writes a complete index"]
-    con.register("lp_index", pa.Table.from_batches(batches, schema=key_index.INDEX_SCHEMA))
+    con.register("lp_index", pa.Table.from_batches(batches, schema=schema))
     try:
-        common = "k1, version, day, cents, deleted"
-        index = f"SELECT {common}, k2::BIGINT & 4294967295, CASE WHEN compacted THEN version END FROM lp_index"
+        state = [duck.name(n) for n in contract.state_names]
+        version = duck.name(contract.entity.version)
+        index = (f"SELECT k1, version, {', '.join(state)}, k2::BIGINT & 4294967295, "
+                 "CASE WHEN compacted THEN version END FROM lp_index")
         scan = _scan(ledger, snapshot_id, checked=True)
-        rows = f"SELECT {common}, k2 & 4294967295, floor FROM {scan}"
+        rows = f"SELECT k1, {version}::BIGINT, {', '.join(state)}, k2 & 4294967295, floor FROM {scan}"
         if has_history(ledger):  # versions compaction dropped are index rows of their own
-            rows = (f"SELECT * FROM ({rows} UNION ALL SELECT k1, h.version, h.day, h.cents, h.deleted, "
+            rows = (f"SELECT * FROM ({rows} UNION ALL SELECT k1, h.version, {', '.join(f'h.{n}' for n in state)}, "
                     f"k2 & 4294967295, NULL::BIGINT FROM (SELECT k1, k2, unnest(history) AS h FROM {scan}))")
         extra, missing = con.execute(f"""
             SELECT (SELECT count(*) FROM ({index} EXCEPT ALL {rows})),

@@ -36,6 +36,7 @@ from lakepub.errors import BlockedError, CommitContention, InvalidPosition, Outc
 from lakepub.faults import fault_point
 from lakepub.identity import BatchIdentity, canonical, events_digest
 from lakepub.positions import Vector
+from lakepub.contract.orders import ORDERS_CONTRACT
 from lakepub.publish.lookup import LedgerLookup
 from lakepub.publish.projection import BatchSide, Projection, prepare_batch, project
 from lakepub.publish.rebase import ledger_files_added_since, touches_orders
@@ -116,11 +117,11 @@ class Publisher:
         self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
         self.rebases = 0  # commit races lost and retried, for tests and benchmarks
         self.ordered = commit_mode(catalog, mode) == "ordered"
-        tables = ensure_tables(catalog, namespace, spec.name, spec.partition)
+        tables = ensure_tables(catalog, namespace, spec.name, spec.partition, ORDERS_CONTRACT)
         self.grain = table_grain(spec, tables.summary)  # the table's real spec must be the definition's
         self._vetted: int | None = None  # a foreign head whose data were found to be the published data
         ledger = tables.ledger
-        self._lookup = LedgerLookup(lambda: self.con, ledger.location(), use_index=key_index)
+        self._lookup = LedgerLookup(lambda: self.con, ledger.location(), use_index=key_index, contract=ORDERS_CONTRACT)
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -239,7 +240,7 @@ class Publisher:
         check_totals(self.spec.name, current, projection.deltas, grain)  # refused before anything is written
         ledger_file = runs = None
         if projection.new_ledger_rows.num_rows:
-            rows = _ledger_rows(projection.new_ledger_rows, identity.batch_id, ledger_arrow(tables.ledger))
+            rows = _ledger_rows(projection.new_ledger_rows, identity.batch_id, ledger_arrow(tables.ledger, ORDERS_CONTRACT))
             ledger_file = FileWriter(tables.ledger.metadata, tables.ledger.io, plain=_LEDGER_PLAIN).submit([(None, rows)])
             runs = self._lookup.submit_runs_after(tables.ledger, ledger_base, projection.new_ledger_rows)
         rewrite = rewrite_partitions(current, projection.deltas, grain, self.spec.name)
