@@ -238,7 +238,7 @@ class KeyIndex:
         out = []
         for group in plan_append(runs, new_rows.num_rows):
             if group == [None]:
-                out.append(write_run(self.folder, [new_rows]))
+                out.append(write_run(self.folder, [new_rows], self.schema))
             elif len(group) == 1:
                 out.append(group[0])
             else:
