@@ -16,11 +16,15 @@ import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.types import BooleanType, DateType, LongType, NestedField, StringType
 
+from lakepub import duck, reports
 from lakepub.contract.model import Contract, Entity, FieldSpec, load_contract
 from lakepub.contract.orders import ORDERS_CONTRACT
 from lakepub.contract.types import FieldType
-from lakepub.keys import entity_keys
+from lakepub.keys import ORDER_KEYS_VERSION, entity_keys
+from lakepub.maintenance import compact
+from lakepub.publish.lookup import Entities, LedgerLookup, scan_rows
 from lakepub.store import key_index, layout
+from lakepub.workspace import Workspace
 
 # What lakepub created before contracts: existing ledgers have exactly these schemas.
 OLD_LEDGER_SCHEMA = Schema(
@@ -189,3 +193,135 @@ def test_composite_key_runs_written_merged_and_looked_up_match_brute_force(tmp_p
     assert len(runs) < 12  # merged
     assert sum(r.rows for r in runs) == sum(p.num_rows for p in parts)
     assert _as_found(index.lookup(runs, *entity_keys(_distinct(_entity_table(rng, 0)), KEY))) == []
+
+
+# --- a composite-key ledger table: the join lookup, compaction, its index, verify --deep ----------
+
+
+def _ledger(ws: Workspace):
+    tables = layout.ensure_tables(ws.catalog, ws.config.namespace, "shop_items", "month", SHOP)
+    return tables.ledger
+
+
+def test_a_composite_key_ledger_table_is_sorted_by_its_key_and_keeps_its_keys_version(ws: Workspace):
+    ledger = _ledger(ws)
+    assert ledger.schema() == layout.ledger_schema(SHOP)[0]
+    assert [f.source_id for f in ledger.sort_order().fields] == [1, 3, 4]  # shop, item, since
+    assert layout.order_keys_version(ledger) == ORDER_KEYS_VERSION
+    assert layout.ledger_arrow(ledger, SHOP).equals(layout.ledger_schema(SHOP)[1])
+    # Reloading (another writer) gives the same table.
+    assert _ledger(ws).metadata.table_uuid == ledger.metadata.table_uuid
+
+
+def _lookups(con, ledger, snapshot_id: int, probe: pa.Table, history: bool) -> list[list[tuple]]:
+    """The same rows by the lookup's join on (k1, k2), and by a join on the key fields."""
+    entities = Entities(probe, tuple(KEY))
+    scan = duck.scan_sql(ledger.metadata_location, snapshot_id)
+    by_keys = LedgerLookup(lambda: con, ledger.location(), use_index=False, contract=SHOP).rows(
+        ledger, snapshot_id, entities)
+    by_fields = scan_rows(con, scan, entities, keyed=False, history=history, contract=SHOP)
+    return [_as_found(by_keys), _as_found(by_fields)]
+
+
+def test_composite_key_join_lookup_and_compaction_with_floor_and_history(ws: Workspace):
+    rng = np.random.default_rng(7)
+    ledger = _ledger(ws)
+    con = duck.connect(ws.config.catalog)
+    accepted: list[dict] = []
+    for step in range(3):  # three publishes' worth of ledger rows
+        rows = _shop_rows(rng, _entity_table(rng, 25), 1 + 3 * step, f"b{step}")
+        ledger.append(rows)
+        accepted += rows.to_pylist()
+    snapshot = ledger.metadata.current_snapshot_id
+    probe = _distinct(pa.concat_tables([_entity_table(rng, 40), _entity_table(rng, 5)]))
+    for found in _lookups(con, ledger, snapshot, probe, history=False):
+        assert found == _brute(accepted, probe)
+
+    # Compaction's SQL: one row per entity (its highest version), floor = that version, history =
+    # every lower version's (version, state), by version.
+    kept = _compact(con, ledger, SHOP)
+    assert kept == _expected_compaction(accepted)
+    ledger = ws.catalog.load_table(ledger.name())
+    assert layout.has_history(ledger)
+    compacted_rows = ledger.scan().to_arrow().to_pylist()
+    snapshot = ledger.metadata.current_snapshot_id
+    for found in _lookups(con, ledger, snapshot, probe, history=True):
+        assert found == _brute(compacted_rows, probe)  # dropped versions come back as rows
+        assert found == _brute(_accepted_with_floors(accepted), probe)
+
+    # More versions after compaction, then a second compaction: histories accumulate.
+    rows = _shop_rows(rng, _entity_table(rng, 25), 20, "b9")
+    ledger.append(_with_history(rows, ledger))
+    accepted += rows.to_pylist()
+    ledger = ws.catalog.load_table(ledger.name())
+    kept = _compact(con, ledger, SHOP)
+    assert kept == _expected_compaction(accepted)
+
+    # The index compaction writes holds exactly the compacted rows (and verify --deep says so).
+    ledger = ws.catalog.load_table(ledger.name())
+    scan = duck.scan_sql(ledger.metadata_location, ledger.metadata.current_snapshot_id)
+    names = layout.ledger_arrow(ledger, SHOP).names
+    run = compact._write_index(con, ledger, compact._compacted(scan, names, True, SHOP), SHOP)
+    index = key_index.KeyIndex(key_index.folder_of(ledger.location()), key_index.index_schema(SHOP))
+    found = _as_found(index.lookup([run], *entity_keys(probe, KEY)))
+    assert found == _lookups(con, ledger, ledger.metadata.current_snapshot_id, probe, history=True)[0]
+    ledger.append(_with_history(rows.slice(0, 0), ledger),
+                  snapshot_properties={key_index.INDEX_PROPERTY: key_index.encode([run])})
+    ledger = ws.catalog.load_table(ledger.name())
+    assert reports._index_check(con, ledger, ledger.metadata.current_snapshot_id, SHOP) == []
+    # A run missing a row is caught.
+    table = pa.Table.from_batches(index.batches(run))
+    short = key_index.write_run(index.folder, [table.slice(1)], index.schema)
+    ledger.append(_with_history(rows.slice(0, 0), ledger),
+                  snapshot_properties={key_index.INDEX_PROPERTY: key_index.encode([short])})
+    ledger = ws.catalog.load_table(ledger.name())
+    problems = reports._index_check(con, ledger, ledger.metadata.current_snapshot_id, SHOP)
+    assert len(problems) == 1 and "0 row(s) not in the ledger, 1 ledger row(s) missing" in problems[0]
+    con.close()
+
+
+def _with_history(rows: pa.Table, ledger) -> pa.Table:
+    history = layout.history_arrow(SHOP)
+    return rows.append_column(history, pa.nulls(rows.num_rows, history.type)).cast(layout.ledger_arrow(ledger, SHOP))
+
+
+def _compact(con, ledger, contract: Contract) -> list[dict]:
+    """Rewrite the ledger with compaction's SQL as ``compact_ledger`` does (schema first), and
+    return the compacted rows without keys and batch ids, sorted by key."""
+    history = layout.has_history(ledger)
+    schema = layout.ledger_arrow(ledger, contract)
+    if not history:
+        schema = schema.append(layout.history_arrow(contract))
+        with ledger.update_schema() as update:
+            update.add_column("history", layout.history_iceberg(contract))
+    scan = duck.scan_sql(ledger.metadata_location, ledger.metadata.current_snapshot_id)
+    sql = compact._compacted(scan, schema.names, history, contract)
+    rows = con.execute(sql).to_arrow_table().cast(schema)
+    ledger.overwrite(rows)  # pyiceberg's: delete everything, append the compacted rows
+    out = [{k: v for k, v in r.items() if k not in ("k1", "k2", "batch_id")} for r in rows.to_pylist()]
+    assert rows.column("k1").to_pylist() == [int(k) for k in entity_keys(rows, KEY)[0]]
+    return sorted(out, key=lambda r: repr(_key(r)))
+
+
+def _expected_compaction(accepted: list[dict]) -> list[dict]:
+    by_key: dict[tuple, list[dict]] = {}
+    for row in accepted:
+        by_key.setdefault(_key(row), []).append(row)
+    out = []
+    for key, rows in by_key.items():
+        rows = sorted(rows, key=lambda r: r["seq"])
+        top = rows[-1]
+        out.append({**{k: top[k] for k in ("shop", "seq", "item", "since", "label", "price", "gone")},
+                    "floor": top["seq"],
+                    "history": [{"version": r["seq"], "label": r["label"], "price": r["price"], "gone": r["gone"]}
+                                for r in rows[:-1]] or None})
+    return sorted(out, key=lambda r: repr(_key(r)))
+
+
+def _accepted_with_floors(accepted: list[dict]) -> list[dict]:
+    """The accepted rows as a compacted ledger returns them: the highest version per key with
+    its floor, the others without."""
+    top: dict[tuple, int] = {}
+    for row in accepted:
+        top[_key(row)] = max(top.get(_key(row), 0), row["seq"])
+    return [{**row, "floor": row["seq"] if row["seq"] == top[_key(row)] else None} for row in accepted]
