@@ -168,3 +168,9 @@ def scan_sql(metadata_location: str, snapshot_id: int | None = None) -> str:
 
 def _q(text: str) -> str:
     return str(text).replace("'", "''")
+
+
+def name(identifier: str) -> str:
+    """A column name (a contract field: an identifier that may be an SQL keyword, ``order``)
+    quoted for DuckDB SQL."""
+    return '"' + str(identifier).replace('"', '""') + '"'

@@ -30,12 +30,31 @@ Versions (``ORDER_KEYS_VERSIONS``; a ledger records the one its k1/k2 were made 
   otherwise the length meets the data only through the mix, never as a linear term a data word
   could cancel (``tests/test_keys.py`` tries NUL padding, prefixes, every length 0..40 and one
   byte changed at every position). Its start costs one more mix per id (~1 ms per 100k ids).
+
+**Entity keys** (``entity_keys``: any contract's key, ``lakepub/contract``). A key of one string
+field is hashed exactly as an order id (``order_keys`` of that column), so the orders ledgers keep
+their keys. Any other key (one int, long or date field, or several fields) is first encoded to one
+canonical byte string per entity, then hashed by the same function (``order_keys`` takes binary
+arrays as well). The encoding concatenates, per key field in declared order, a type tag byte and
+the value: ``i`` + 8 bytes big-endian two's complement for int and long (so widening int to long
+keeps the keys), ``d`` + 8 bytes big-endian days since 1970-01-01 for a date, ``s`` + a 4-byte
+big-endian byte length + the UTF-8 bytes for a string. Every field's extent is known from its tag
+(and length), so the encoding is prefix-free field by field: two different keys of one contract
+never share bytes (``("ab", "c")`` and ``("a", "bc")`` differ in their length words, ``1`` and
+``"1"`` in their tags). It is built with Arrow kernels and numpy (no per-row Python): 100k keys
+of (12-character string, long) encode in ~9 ms and hash in ~10 ms more (26 bytes: 4 words), vs
+~6 ms for 100k 12-character order ids; a single long key ~7 ms (best of 30 on this shared 2-core
+VM). ``tests/test_entity_keys.py`` pins golden values and tries keys whose naive concatenations
+collide.
 """
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 ORDER_KEYS_V1 = "splitmix64x2-v1"
 ORDER_KEYS_V2 = "splitmix64x2-v2"
@@ -68,11 +87,14 @@ def _start(lengths: np.ndarray, version: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def order_keys(ids: pa.Array | pa.ChunkedArray, version: str = ORDER_KEYS_VERSION) -> tuple[np.ndarray, np.ndarray]:
-    """(k1, k2) int64 arrays for a string array without nulls, by the function ``version``."""
+    """(k1, k2) int64 arrays for a string (or binary) array without nulls, by the function
+    ``version``; a string is hashed by its UTF-8 bytes, so ``s`` and ``s.encode()`` share keys."""
     if isinstance(ids, pa.ChunkedArray):
         ids = ids.combine_chunks() if ids.num_chunks != 1 else ids.chunk(0)
     if ids.type == pa.large_string():
         ids = ids.cast(pa.string())
+    elif ids.type == pa.large_binary():
+        ids = ids.cast(pa.binary())
     n = len(ids)
     offsets = np.frombuffer(ids.buffers()[1], np.int32)[ids.offset: ids.offset + n + 1].astype(np.int64)
     lengths = np.diff(offsets)
@@ -102,9 +124,70 @@ def order_keys(ids: pa.Array | pa.ChunkedArray, version: str = ORDER_KEYS_VERSIO
     return k1.view(np.int64), k2.view(np.int64)
 
 
-def entity_keys(table: pa.Table, key_fields, version: str = ORDER_KEYS_VERSION) -> tuple[np.ndarray, np.ndarray]:
-    """(k1, k2) of the entities in ``table`` (their key columns ``key_fields``): a single string
-    key is hashed as an order id."""
-    if len(key_fields) != 1 or not pa.types.is_string(table.column(key_fields[0]).type):
-        raise NotImplementedError("composite and non-string entity keys")
-    return order_keys(table.column(key_fields[0]), version)
+# --- entity keys ------------------------------------------------------------------------------
+
+_TAG_STRING, _TAG_INT, _TAG_DATE = b"s", b"i", b"d"
+
+
+def entity_keys(table: pa.Table, key_fields: Sequence[str], version: str = ORDER_KEYS_VERSION
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(k1, k2) int64 arrays of the entities whose key columns ``key_fields`` are rows of
+    ``table``: ``order_keys`` of the column for one string field (the orders' keys), else of the
+    canonical encoding ``encode_keys``."""
+    if not key_fields:
+        raise ValueError("an entity key has at least one field")
+    if len(key_fields) == 1 and _is_string(table.schema.field(key_fields[0]).type):
+        return order_keys(table.column(key_fields[0]), version)
+    return order_keys(encode_keys(table, key_fields), version)
+
+
+def encode_keys(table: pa.Table, key_fields: Sequence[str]) -> pa.Array:
+    """The canonical binary encoding of each row's key (module docstring), vectorised."""
+    n = table.num_rows
+    parts: list[pa.Array] = []
+    fixed: list[np.ndarray] = []  # consecutive fixed-width fields: one (n, 9 * k) matrix
+
+    def flush() -> None:
+        if fixed:
+            matrix = np.ascontiguousarray(np.hstack(fixed))
+            width = matrix.shape[1]
+            parts.append(pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, pa.py_buffer(matrix)])
+                         .cast(pa.binary()))
+            fixed.clear()
+
+    for name in key_fields:
+        column = table.column(name)
+        column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+        if column.null_count:
+            raise ValueError(f"key field '{name}' has nulls: an entity key is never null")
+        kind = column.type
+        if _is_string(kind):
+            data = column.cast(pa.binary())
+            lengths = pc.binary_length(data).to_numpy(zero_copy_only=False).astype(">u4")
+            prefix = np.empty((n, 5), np.uint8)
+            prefix[:, 0] = _TAG_STRING[0]
+            prefix[:, 1:] = lengths.view(np.uint8).reshape(n, 4)
+            fixed.append(prefix)
+            flush()
+            parts.append(data)
+            continue
+        if pa.types.is_integer(kind):
+            if pa.types.is_uint64(kind) and n and pc.max(column).as_py() >= 1 << 63:
+                raise ValueError(f"key field '{name}' has values beyond the long range")
+            tag, values = _TAG_INT, column.cast(pa.int64())
+        elif pa.types.is_date32(kind):
+            tag, values = _TAG_DATE, column.cast(pa.int32()).cast(pa.int64())
+        else:
+            raise ValueError(f"key field '{name}' is {kind}; a key field is a string, an integer or a date")
+        cell = np.empty((n, 9), np.uint8)
+        cell[:, 0] = tag[0]
+        cell[:, 1:] = values.to_numpy(zero_copy_only=False).astype(">i8").view(np.uint8).reshape(n, 8)
+        fixed.append(cell)
+    flush()
+    if len(parts) == 1:
+        return parts[0]
+    return pc.binary_join_element_wise(*parts, pa.scalar(b"", pa.binary()))
+
+
+def _is_string(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)

@@ -14,6 +14,8 @@ from lakepub.landing import LandingSource
 from lakepub.store import audit, key_index
 from lakepub.store.integrity import check_scannable
 from lakepub.store.key_index import KeyIndex
+from lakepub.contract.model import Contract
+from lakepub.contract.orders import ORDERS_CONTRACT
 from lakepub.publish.guards import describe, partition_mismatches
 from lakepub.projection.partitioning import PartitionBy
 from lakepub.publish.states import live_states
@@ -202,7 +204,7 @@ def _deep_check(ws: Workspace, spec, con, rows: pa.Table) -> list[str]:
              for r in sorted(set(want_rows) | set(have_rows), key=repr) if want_rows.get(r, 0) != have_rows.get(r, 0)]
     if snapshot_id is None:
         return diffs
-    return diffs[:20] + _index_check(con, ledger, snapshot_id)
+    return diffs[:20] + _index_check(con, ledger, snapshot_id, spec.contract)
 
 
 def _multiset(table: pa.Table) -> dict[tuple, int]:
@@ -221,26 +223,30 @@ def _plain(value: object) -> object:
     return value if isinstance(value, (int, float)) or value is None else str(value)
 
 
-def _index_check(con, ledger, snapshot_id: int) -> list[str]:
-    """The key-index runs the ledger snapshot names hold exactly its rows (store/key_index.py)."""
+def _index_check(con, ledger, snapshot_id: int, contract: Contract = ORDERS_CONTRACT) -> list[str]:
+    """The key-index runs the ledger snapshot names hold exactly its rows (store/key_index.py),
+    compared as (k1, version, state fields, low k2, floor) multisets."""
     runs = key_index.runs_of(ledger.snapshot_by_id(snapshot_id))
     folder = key_index.folder_of(ledger.location())
     if runs is None or folder is None:
         return []
-    index = KeyIndex(folder)
+    schema = key_index.index_schema(contract)
+    index = KeyIndex(folder, schema)
     try:
         batches = [b for run in runs for b in index.batches(run)]
     except OSError as exc:
         return [f"ledger key index: a run is unreadable ({' '.join(str(exc).split())}); publishes scan the "
                 f"ledger instead until `lakepub compact` writes a complete index"]
-    con.register("lp_index", pa.Table.from_batches(batches, schema=key_index.INDEX_SCHEMA))
+    con.register("lp_index", pa.Table.from_batches(batches, schema=schema))
     try:
-        common = "k1, version, day, cents, deleted"
-        index = f"SELECT {common}, k2::BIGINT & 4294967295, CASE WHEN compacted THEN version END FROM lp_index"
+        state = [duck.name(n) for n in contract.state_names]
+        version = duck.name(contract.entity.version)
+        index = (f"SELECT k1, version, {', '.join(state)}, k2::BIGINT & 4294967295, "
+                 "CASE WHEN compacted THEN version END FROM lp_index")
         scan = _scan(ledger, snapshot_id, checked=True)
-        rows = f"SELECT {common}, k2 & 4294967295, floor FROM {scan}"
+        rows = f"SELECT k1, {version}::BIGINT, {', '.join(state)}, k2 & 4294967295, floor FROM {scan}"
         if has_history(ledger):  # versions compaction dropped are index rows of their own
-            rows = (f"SELECT * FROM ({rows} UNION ALL SELECT k1, h.version, h.day, h.cents, h.deleted, "
+            rows = (f"SELECT * FROM ({rows} UNION ALL SELECT k1, h.version, {', '.join(f'h.{n}' for n in state)}, "
                     f"k2 & 4294967295, NULL::BIGINT FROM (SELECT k1, k2, unnest(history) AS h FROM {scan}))")
         extra, missing = con.execute(f"""
             SELECT (SELECT count(*) FROM ({index} EXCEPT ALL {rows})),

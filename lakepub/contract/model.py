@@ -40,7 +40,7 @@ from lakepub.yamlfile import File, parse, read_yaml
 
 IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # Columns the ledger adds to the contract's fields (store/layout.py): a field may not shadow them.
-RESERVED = ("batch_id", "floor", "k1", "k2", "history")
+RESERVED = ("batch_id", "floor", "k1", "k2", "history", "compacted")
 
 
 @dataclass(frozen=True)
@@ -219,6 +219,9 @@ def _entity(path: Path, raw: _ContractFile, declared: dict[str, FieldSpec]) -> E
                               f"{', '.join(KEY_TYPES)} (values with one exact encoding)")
         _not_nullable(path, f, "a key field")
     version = _declared(path, f"{prefix}.version", entity.version, declared)
+    if entity.version != "version" and "version" in declared:
+        raise ConfigError(f"{path}: 'fields.version': the ledger and its key index name the version role 'version'; "
+                          f"rename this field, or make it the entity's version")
     if version.type.name not in INTEGER_TYPES or version.name in entity.key:
         raise ConfigError(f"{path}: '{prefix}.version': '{version.name}' must be an int or long field outside the key")
     _not_nullable(path, version, "the version field")

@@ -1,16 +1,18 @@
-"""Ledger compaction: one row per order, with a durable version floor, in few large files.
+"""Ledger compaction: one row per entity (order), with a durable version floor, in few large files.
 
-The ledger holds every distinct (order_id, version) ever accepted, so it grows with history and
-with one small file per publish. Compaction rewrites it to the current (highest) version of each
-order, tombstones included, and sets ``floor`` to that version: the projection keeps rejecting
+The ledger holds every distinct (key, version) ever accepted, so it grows with history and with
+one small file per publish. Compaction rewrites it to the current (highest) version of each
+entity (the window partitions by the contract's key fields: ``order_id`` for orders), tombstones
+included, and sets ``floor`` to that version: the projection keeps rejecting
 every version at or below the floor as stale, so an old event replayed after compaction can
 neither resurrect a deleted order nor re-enter the ledger. The compacted ledger is committed
 atomically with a published snapshot (same data, same positions) that names it, so readers and
 publishers switch to it at once; a publisher racing with it recomputes against it.
 
 The versions it drops are not forgotten: the kept row's ``history`` column (added to the ledger
-by its first compaction, ``layout.HISTORY_ARROW``) lists the (version, day, cents, deleted) of
-every version below it, those of earlier compactions included, and both lookups (the key index,
+by its first compaction, ``layout.history_arrow``) lists the (version, state fields) of every
+version below it (for orders (version, day, cents, deleted)), those of earlier compactions
+included, and both lookups (the key index,
 where they are rows of their own without the compacted flag, and the DuckDB join, which unnests
 them) return them like ledger rows. So a replay of a compacted-away version is still a duplicate
 with the same payload (exit 0) and a payload conflict with another (exit 3), exactly as before
@@ -34,9 +36,10 @@ import duckdb
 import pyarrow as pa
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.table import Table
-from pyiceberg.types import BooleanType, DateType, ListType, LongType, NestedField, StructType
 
 from lakepub import duck
+from lakepub.contract.model import Contract
+from lakepub.contract.orders import ORDERS_CONTRACT
 from lakepub.errors import CommitContention, ConfigError, UserError
 from lakepub.identity import fingerprint
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_mode, reset_main
@@ -47,29 +50,33 @@ from lakepub.store.write import transaction
 from lakepub.workspace import Workspace
 
 
-_HISTORY = ListType(element_id=1, element_required=False, element=StructType(
-    NestedField(2, "version", LongType(), required=False), NestedField(3, "day", DateType(), required=False),
-    NestedField(4, "cents", LongType(), required=False), NestedField(5, "deleted", BooleanType(), required=False)))
-
-
-def _compacted(scan: str, names: list[str], history: bool) -> str:
-    """SQL of the compacted rows: each order's highest version, its floor set to that version,
-    its ``history`` every (version, payload) below it (rows dropped now and the histories of
-    earlier compactions), sorted by version."""
-    earlier = "UNION ALL SELECT order_id, unnest(history, recursive := true) FROM l" if history else ""
-    columns = {"floor": "l.version AS floor", "history": "h.history"}
+def _compacted(scan: str, names: list[str], history: bool, contract: Contract = ORDERS_CONTRACT) -> str:
+    """SQL of the compacted rows (columns ``names``, the ledger's): each entity's highest version,
+    its floor set to that version, its ``history`` every (version, state) below it (rows dropped
+    now and the histories of earlier compactions), sorted by version."""
+    keys = ", ".join(duck.name(k) for k in contract.entity.key)
+    l_keys = ", ".join(f"l.{duck.name(k)}" for k in contract.entity.key)
+    version, state = duck.name(contract.entity.version), [duck.name(n) for n in contract.state_names]
+    earlier = f"UNION ALL SELECT {keys}, unnest(history, recursive := true) FROM l" if history else ""
+    packed = ", ".join([f"version := {version}::BIGINT", *(f"{n} := {n}" for n in state)])
+    columns = {"floor": f"l.{version}::BIGINT AS floor", "history": "h.history"}
     return f"""
         WITH l AS (SELECT * FROM {scan}),
         h AS (
-            SELECT order_id, list(struct_pack(version := version, day := day, cents := cents, deleted := deleted)
-                                  ORDER BY version) AS history
-            FROM (SELECT order_id, version, day, cents, deleted FROM l
-                  QUALIFY row_number() OVER (PARTITION BY order_id ORDER BY version DESC) > 1
+            SELECT {keys}, list(struct_pack({packed}) ORDER BY {version}) AS history
+            FROM (SELECT {keys}, {version}, {', '.join(state)} FROM l
+                  QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {version} DESC) > 1
                   {earlier})
-            GROUP BY order_id)
-        SELECT {', '.join(columns.get(name, f'l.{name}') for name in names)}
-        FROM l LEFT JOIN h USING (order_id)
-        QUALIFY row_number() OVER (PARTITION BY l.order_id ORDER BY l.version DESC) = 1"""
+            GROUP BY {keys})
+        SELECT {', '.join(columns.get(name, f'l.{duck.name(name)}') for name in names)}
+        FROM l LEFT JOIN h USING ({keys})
+        QUALIFY row_number() OVER (PARTITION BY {l_keys} ORDER BY l.{version} DESC) = 1"""
+
+
+def _entities(contract: Contract) -> str:
+    """SQL counting an entity once (its key fields are never null)."""
+    keys = [duck.name(k) for k in contract.entity.key]
+    return f"count(DISTINCT {keys[0]})" if len(keys) == 1 else f"count(DISTINCT ({', '.join(keys)}))"
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,7 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
     """Compact the ledger at the snapshot the published table names, and commit the compacted
     ledger together with a published snapshot that names it (data unchanged, positions unchanged)."""
     spec = ws.dataset(dataset)
+    contract = spec.contract
     if dataset not in ws.published_tables():
         raise UserError(f"'{dataset}' has nothing published yet, so its ledger has nothing to compact; "
                         f"run 'lakepub run {dataset}' or 'lakepub publish' first")
@@ -108,22 +116,24 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
         scan = duck.scan_sql(ledger.metadata_location, base)
         files_before = sum(1 for _ in ledger.scan(snapshot_id=base).plan_files())
         rows_before, rows_after = con.execute(
-            f"SELECT count(*), count(DISTINCT order_id) FROM {scan}").fetchone()
+            f"SELECT count(*), {_entities(contract)} FROM {scan}").fetchone()
         if dry_run:
             return CompactionResult(dataset, rows_before, rows_after, files_before, files_before, None, True)
         history = has_history(ledger)
-        schema = ledger_arrow(ledger)
+        schema = ledger_arrow(ledger, contract)
         if not history:
-            schema = schema.append(layout.HISTORY_ARROW)
-        compacted_sql = _compacted(scan, schema.names, history)
-        index = _write_index(con, ledger, compacted_sql) if ws.config.key_index else None  # first: one result at a time
-        reader = con.execute(f"{compacted_sql} ORDER BY l.order_id").to_arrow_reader(batch_size=1_000_000)
+            schema = schema.append(layout.history_arrow(contract))
+        compacted_sql = _compacted(scan, schema.names, history, contract)
+        # first: one result at a time
+        index = _write_index(con, ledger, compacted_sql, contract) if ws.config.key_index else None
+        order = ", ".join(f"l.{duck.name(k)}" for k in contract.entity.key)
+        reader = con.execute(f"{compacted_sql} ORDER BY {order}").to_arrow_reader(batch_size=1_000_000)
         props = {"lakepub.compaction": f"{rows_before}->{rows_after}"}
         ledger_tx = transaction(ledger)
         reset_main(ledger_tx, base)  # an append no publish names is not compacted in
         if not history:
             with ledger_tx.update_schema() as update:
-                update.add_column(layout.HISTORY_ARROW.name, _HISTORY,
+                update.add_column("history", layout.history_iceberg(contract),
                                   doc="(version, payload) of the versions compaction dropped below this row")
         ledger_tx.delete(AlwaysTrue(), snapshot_properties=props)
         # Only the compacted snapshot names the index: its runs hold exactly that snapshot's rows.
@@ -154,19 +164,23 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
     raise CommitContention(f"ledger compaction of '{dataset}' kept losing the commit race to publishers; retry it")
 
 
-def _write_index(con: duckdb.DuckDBPyConnection, ledger: Table, compacted_sql: str) -> key_index.Run | None:
+def _write_index(con: duckdb.DuckDBPyConnection, ledger: Table, compacted_sql: str,
+                 contract: Contract = ORDERS_CONTRACT) -> key_index.Run | None:
     """The key index of the compacted rows as one run (``store/key_index.py``): each kept row
     (compacted flag set) and a row per entry of its history (flag unset: a seen version, no
-    floor); None where the ledger has no order keys or the warehouse is not local (publishes
+    floor); None where the ledger has no entity keys or the warehouse is not local (publishes
     then scan the ledger)."""
     folder = key_index.folder_of(ledger.location())
     if folder is None or not has_order_keys(ledger):
         return None
+    version, state = duck.name(contract.entity.version), [duck.name(n) for n in contract.state_names]
     rows = con.execute(f"""
         WITH c AS ({compacted_sql})
-        SELECT k1, k2, version, day, cents, deleted, floor FROM c
+        SELECT k1, k2, {version}, {', '.join(state)}, floor FROM c
         UNION ALL
-        SELECT k1, k2, h.version, h.day, h.cents, h.deleted, NULL::BIGINT AS floor
+        SELECT k1, k2, h.version, {', '.join(f'h.{n}' for n in state)}, NULL::BIGINT AS floor
         FROM (SELECT k1, k2, unnest(history) AS h FROM c)
         ORDER BY k1""").to_arrow_reader(batch_size=key_index.BATCH_ROWS)
-    return key_index.write_run(folder, (key_index.as_index_rows(pa.Table.from_batches([b])) for b in rows))
+    schema = key_index.index_schema(contract)
+    return key_index.write_run(folder, (key_index.as_index_rows(pa.Table.from_batches([b]), contract) for b in rows),
+                               schema)

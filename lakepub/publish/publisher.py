@@ -137,7 +137,7 @@ class Publisher:
         self.writers = {spec.name: DatasetWriter(spec) for spec in group.datasets}
         for spec in group.datasets:  # created if new; a definition that changed under it is refused
             self.writers[spec.name].check_definition(ensure_published(catalog, namespace, spec))
-        self._lookup = LedgerLookup(lambda: self.con, ledger.location(), group.contract, use_index=key_index)
+        self._lookup = LedgerLookup(lambda: self.con, ledger.location(), use_index=key_index, contract=group.contract)
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:

@@ -4,8 +4,9 @@ A publish looks up the ledger rows of its batch's orders. Scanning the ledger (a
 reads every row's keys and payload: ~20 ns per row, so the lookup grew with history (~0.23 s at
 10M rows, over half of a 100k-event publish). The index is a small LSM tree of *runs*:
 
-* a run is an uncompressed Arrow IPC file holding ledger rows (order keys, version, payload,
-  floor; ~33 bytes a row, ``INDEX_SCHEMA``) sorted by ``k1``; it is memory-mapped, so a lookup
+* a run is an uncompressed Arrow IPC file holding ledger rows (entity keys, version, state,
+  floor; ``index_schema`` of the dataset's contract, ~33 bytes a row for orders, ``INDEX_SCHEMA``)
+  sorted by ``k1``; runs are self-describing (their IPC schema), and it is memory-mapped, so a lookup
   binary-searches the keys in place and touches only the pages on its search paths and the rows
   it finds, not the whole ledger;
 * every ledger snapshot written by a publish lists the runs that hold exactly its rows in its
@@ -47,18 +48,39 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.table.snapshots import Snapshot
 
+from lakepub.contract.model import Contract
+from lakepub.contract.orders import ORDERS_CONTRACT
+
 INDEX_PROPERTY = "lakepub.key-index"
 INDEX_FOLDER = "index"
-# A row is ~33 bytes: k2 keeps the low 32 bits of the ledger's k2 (with k1 a 96-bit check: the
-# lookup does not compare order ids), and ``floor`` is a flag, as compaction is the only writer
-# of a floor and sets it to the row's version.
-INDEX_SCHEMA = pa.schema([
-    ("k1", pa.int64()), ("k2", pa.int32()), ("version", pa.int64()), ("day", pa.date32()),
-    ("cents", pa.int64()), ("deleted", pa.bool_()), ("compacted", pa.bool_()),
-])
-PAYLOAD = ["version", "day", "cents", "deleted", "floor"]  # what a lookup returns per row found
-_PAYLOAD_SCHEMA = pa.schema([("version", pa.int64()), ("day", pa.date32()), ("cents", pa.int64()),
-                             ("deleted", pa.bool_()), ("floor", pa.int64())])
+_OWN = ("k1", "k2", "version", "compacted", "floor")  # the index's own columns
+
+
+def index_schema(contract: Contract) -> pa.Schema:
+    """The rows of a contract's index: ``k1 int64, k2 int32, version int64, <state fields>,
+    compacted bool``. k2 keeps the low 32 bits of the ledger's k2 (with k1 a 96-bit check: the
+    lookup does not compare keys), and ``compacted`` stands for ``floor``, as compaction is the
+    only writer of a floor and sets it to the row's version. The version is int64 whatever the
+    contract's version type (the ledger's column may be an int)."""
+    clash = [n for n in contract.state_names if n in _OWN]
+    if clash:
+        raise ValueError(f"contract {contract.schema_ref}: field(s) {', '.join(clash)} would shadow a column of the "
+                         "ledger's key index; rename them")
+    return pa.schema([("k1", pa.int64()), ("k2", pa.int32()), ("version", pa.int64())]
+                     + [(n, contract.field(n).type.arrow) for n in contract.state_names] + [("compacted", pa.bool_())])
+
+
+def payload_schema(schema: pa.Schema) -> pa.Schema:
+    """What a lookup returns per row found in runs of the index schema ``schema``: ``version,
+    <state fields>, floor``."""
+    return pa.schema([f for f in schema if f.name not in ("k1", "k2", "compacted")]).append(
+        pa.field("floor", pa.int64()))
+
+
+# The orders index (~33 bytes a row): existing runs have exactly this schema.
+INDEX_SCHEMA = index_schema(ORDERS_CONTRACT)
+_PAYLOAD_SCHEMA = payload_schema(INDEX_SCHEMA)
+PAYLOAD = _PAYLOAD_SCHEMA.names  # version, day, cents, deleted, floor
 
 FANOUT = 4  # runs merged together once within this size factor of each other
 MAX_RUNS = 16  # beyond this (runs of very uneven sizes), the cheapest FANOUT neighbours are merged
@@ -106,20 +128,22 @@ def referenced_paths(table_location: str, snapshot: Snapshot) -> list[str]:
 # --- writing --------------------------------------------------------------------------------
 
 
-def as_index_rows(rows: pa.Table) -> pa.Table:
-    """Ledger rows (k1, k2, version, day, cents, deleted; floor optional, null or the version)
-    in the index's schema, in their order."""
+def as_index_rows(rows: pa.Table, contract: Contract = ORDERS_CONTRACT) -> pa.Table:
+    """Ledger rows of the contract (k1, k2, its version field, its state fields; floor optional,
+    null or the version) in the index's schema (``index_schema``), in their order."""
+    schema = index_schema(contract)
     k2 = low_k2(rows.column("k2").to_numpy())
     compacted = (pc.is_valid(rows.column("floor")) if "floor" in rows.column_names
                  else pa.array(np.zeros(rows.num_rows, dtype=bool)))
-    columns = {**{n: rows.column(n) for n in ("k1", "version", "day", "cents", "deleted")},
-               "k2": pa.array(k2), "compacted": compacted}
-    return pa.table([columns[n] for n in INDEX_SCHEMA.names], schema=INDEX_SCHEMA)
+    columns = {**{n: rows.column(n) for n in ("k1", *contract.state_names)},
+               "version": rows.column(contract.entity.version).cast(pa.int64()), "k2": pa.array(k2),
+               "compacted": compacted}
+    return pa.table([columns[n] for n in schema.names], schema=schema)
 
 
-def index_rows(rows: pa.Table) -> pa.Table:
+def index_rows(rows: pa.Table, contract: Contract = ORDERS_CONTRACT) -> pa.Table:
     """Ledger rows (``as_index_rows``) as index rows sorted by k1."""
-    table = as_index_rows(rows)
+    table = as_index_rows(rows, contract)
     return table.take(pa.array(np.argsort(_np(table.column("k1")))))
 
 
@@ -128,16 +152,16 @@ def low_k2(k2: np.ndarray) -> np.ndarray:
     return np.asarray(k2, dtype=np.int64).astype(np.int32)
 
 
-def write_run(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table]) -> Run:
-    """Write sorted index rows (already in k1 order across ``batches``) as one run."""
+def write_run(folder: Path, batches: Iterable[pa.RecordBatch | pa.Table], schema: pa.Schema = INDEX_SCHEMA) -> Run:
+    """Write sorted index rows (already in k1 order across ``batches``) as one run of ``schema``."""
     folder.mkdir(parents=True, exist_ok=True)
     name = f"{uuid.uuid4()}.arrow"
     rows = 0
-    with pa.OSFile(str(folder / name), "wb") as sink, pa.ipc.new_file(sink, INDEX_SCHEMA) as writer:
+    with pa.OSFile(str(folder / name), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
         for batch in batches:
             if batch.num_rows:
                 table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-                writer.write_table(table.cast(INDEX_SCHEMA).combine_chunks(), max_chunksize=max(table.num_rows, 1))
+                writer.write_table(table.cast(schema).combine_chunks(), max_chunksize=max(table.num_rows, 1))
                 rows += batch.num_rows
     return Run(name, rows)
 
@@ -178,10 +202,14 @@ def plan_append(runs: Sequence[Run], new_rows: int) -> list[list[Run | None]]:
 class KeyIndex:
     """Looks keys up in a dataset's runs and writes runs. Runs are mapped per use and unmapped
     after it: their pages stay in the kernel's page cache for the next publish, but not in this
-    process's resident memory between publishes (re-mapping a 10M-row index costs ~5 ms)."""
+    process's resident memory between publishes (re-mapping a 10M-row index costs ~5 ms).
 
-    def __init__(self, folder: Path):
+    ``schema``: the index schema of the dataset's contract (``index_schema``), what new runs are
+    written with; a lookup reads each run by its own IPC schema."""
+
+    def __init__(self, folder: Path, schema: pa.Schema = INDEX_SCHEMA):
         self.folder = folder
+        self.schema = schema
 
     def batches(self, run: Run) -> list[pa.RecordBatch]:
         """The record batches of a run, memory-mapped (released with the last reference)."""
@@ -189,7 +217,8 @@ class KeyIndex:
         return [reader.get_batch(i) for i in range(reader.num_record_batches)]
 
     def lookup(self, runs: Sequence[Run], k1: np.ndarray, k2: np.ndarray) -> tuple[pa.Table, np.ndarray]:
-        """The index rows (``PAYLOAD`` columns) of the keys ``(k1[i], k2[i])`` and, per row, its ``i``."""
+        """The index rows (``payload_schema``: version, state fields, floor) of the keys
+        ``(k1[i], k2[i])`` and, per row, its ``i``."""
         order = np.argsort(k1)
         q1, q2 = k1[order], low_k2(k2)[order]
         found: list[pa.Table] = []
@@ -201,7 +230,7 @@ class KeyIndex:
                     found.append(_payload(batch, rows))
                     positions.append(order[at])
         if not found:
-            return empty_payload(), np.zeros(0, dtype=np.int64)
+            return empty_payload(self.schema), np.zeros(0, dtype=np.int64)
         return pa.concat_tables(found), np.concatenate(positions)
 
     def append(self, runs: Sequence[Run], new_rows: pa.Table) -> list[Run]:
@@ -209,7 +238,7 @@ class KeyIndex:
         out = []
         for group in plan_append(runs, new_rows.num_rows):
             if group == [None]:
-                out.append(write_run(self.folder, [new_rows]))
+                out.append(write_run(self.folder, [new_rows], self.schema))
             elif len(group) == 1:
                 out.append(group[0])
             else:
@@ -223,7 +252,7 @@ class KeyIndex:
         chunks = max(1, -(-rows // BATCH_ROWS))
         # k1 is a uniform 64-bit hash (lakepub.keys): equal slices of its range hold ~equal rows.
         bounds = [-(1 << 63) + (i << 64) // chunks for i in range(chunks)] + [None]
-        return write_run(self.folder, _merged(sources, bounds))
+        return write_run(self.folder, _merged(sources, bounds), self.schema)
 
 
 @dataclass(frozen=True)
@@ -304,15 +333,17 @@ def _search(batch: pa.RecordBatch, q1: np.ndarray, q2: np.ndarray) -> tuple[np.n
 
 
 def _payload(batch: pa.RecordBatch, rows: np.ndarray) -> pa.Table:
-    """The ``PAYLOAD`` columns of some rows of an index batch (floor from the compacted flag)."""
-    taken = pa.Table.from_batches([batch.select(["version", "day", "cents", "deleted", "compacted"])]).take(
-        pa.array(rows))
+    """The payload columns (``payload_schema``) of some rows of an index batch (floor from the
+    compacted flag)."""
+    names = [n for n in batch.schema.names if n not in ("k1", "k2")]
+    taken = pa.Table.from_batches([batch.select(names)]).take(pa.array(rows))
     floor = pc.if_else(taken.column("compacted"), taken.column("version"), pa.scalar(None, pa.int64()))
     return taken.drop_columns(["compacted"]).append_column("floor", floor)
 
 
-def empty_payload() -> pa.Table:
-    return _PAYLOAD_SCHEMA.empty_table()
+def empty_payload(schema: pa.Schema = INDEX_SCHEMA) -> pa.Table:
+    """No rows, in the payload schema of index rows of ``schema``."""
+    return payload_schema(schema).empty_table()
 
 
 def _np(column: pa.Array | pa.ChunkedArray) -> np.ndarray:

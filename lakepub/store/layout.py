@@ -4,9 +4,10 @@ Per dataset ``D`` in namespace ``N``:
 
 * ``N.D``: the published table ``day DATE, cents BIGINT, orders BIGINT``, partitioned by a
   transform of ``day`` (month by default). A publish rewrites only the partitions it affects.
-* ``N.D__ledger``: append-only ledger of every distinct (order_id, version) ever accepted, with
-  its payload and the batch that brought it. The current state of an order is its highest
-  version; a deleted highest version is a tombstone.
+* ``N.D__ledger``: append-only ledger of every distinct (key, version) ever accepted, with its
+  payload (the fields of the dataset's contract, ``ledger_schema``) and the batch that brought
+  it: for orders, (order_id, version, day, cents, deleted). The current state of an entity is its
+  highest version; a deleted highest version is a tombstone.
 
 Both tables move together in one atomic catalog commit (see ``lakepub.store.commit``).
 """
@@ -23,8 +24,10 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.sorting import SortField, SortOrder
 from pyiceberg.transforms import DayTransform, IdentityTransform, MonthTransform, YearTransform
-from pyiceberg.types import BooleanType, DateType, LongType, NestedField, StringType
+from pyiceberg.types import DateType, ListType, LongType, NestedField, StringType, StructType
 
+from lakepub.contract.model import Contract
+from lakepub.contract.orders import ORDERS_CONTRACT
 from lakepub.errors import ConfigError
 from lakepub.keys import ORDER_KEYS_VERSION, ORDER_KEYS_VERSIONS
 from lakepub.store.catalog import create_or_load, ensure_namespace
@@ -36,29 +39,40 @@ SUMMARY_SCHEMA = Schema(
 )
 SUMMARY_ARROW = pa.schema([("day", pa.date32()), ("cents", pa.int64()), ("orders", pa.int64())])
 
-LEDGER_SCHEMA = Schema(
-    NestedField(1, "order_id", StringType(), required=False),
-    NestedField(2, "version", LongType(), required=False),
-    NestedField(3, "day", DateType(), required=False),
-    NestedField(4, "cents", LongType(), required=False),
-    NestedField(5, "deleted", BooleanType(), required=False),
-    NestedField(6, "batch_id", StringType(), required=False),
-    # Set by compaction: every version <= floor of this order was seen; lower ones stay rejected.
-    NestedField(7, "floor", LongType(), required=False),
-    # Two 64-bit hashes of order_id (lakepub.keys): the keys of the ledger's lookup (key index or join).
-    NestedField(8, "k1", LongType(), required=False),
-    NestedField(9, "k2", LongType(), required=False),
-)
-LEDGER_ARROW = pa.schema(
-    [("order_id", pa.string()), ("version", pa.int64()), ("day", pa.date32()), ("cents", pa.int64()),
-     ("deleted", pa.bool_()), ("batch_id", pa.string()), ("floor", pa.int64()), ("k1", pa.int64()),
-     ("k2", pa.int64())]
-)
+
+def ledger_schema(contract: Contract) -> tuple[Schema, pa.Schema]:
+    """The ledger's Iceberg and Arrow schemas for a contract: its fields in declared order with
+    their types (all optional, like every ledger column), then ``batch_id``, ``floor`` (set by
+    compaction: every version <= floor of this entity was seen; lower ones stay rejected) and
+    ``k1``/``k2`` (``lakepub.keys.entity_keys`` of the key: the keys of the ledger's lookup, key
+    index or join). Field ids are 1.. in that order, so the orders contract gives exactly the
+    ledger lakepub has always created (``tests/test_ledger_generic.py`` pins it). ``history`` is
+    added by the first compaction (``history_arrow``)."""
+    own = [("batch_id", StringType(), pa.string()), ("floor", LongType(), pa.int64()),
+           ("k1", LongType(), pa.int64()), ("k2", LongType(), pa.int64())]
+    columns = [(f.name, f.type.iceberg, f.type.arrow) for f in contract.fields] + own
+    iceberg = Schema(*(NestedField(i, name, itype, required=False) for i, (name, itype, _) in enumerate(columns, 1)))
+    return iceberg, pa.schema([(name, atype) for name, _, atype in columns])
+
+
+def history_arrow(contract: Contract) -> pa.Field:
+    """The ``history`` column compaction adds (``maintenance/compact.py``): on an entity's kept
+    row, the (version, state) of every version compaction dropped below it."""
+    return pa.field("history", pa.list_(pa.struct(
+        [("version", pa.int64())] + [(n, contract.field(n).type.arrow) for n in contract.state_names])))
+
+
+def history_iceberg(contract: Contract) -> ListType:
+    """``history_arrow`` as the Iceberg type compaction adds (ids are reassigned when added)."""
+    state = [NestedField(i, n, contract.field(n).type.iceberg, required=False)
+             for i, n in enumerate(contract.state_names, 3)]
+    return ListType(element_id=1, element_required=False,
+                    element=StructType(NestedField(2, "version", LongType(), required=False), *state))
+
+
+LEDGER_SCHEMA, LEDGER_ARROW = ledger_schema(ORDERS_CONTRACT)  # the orders ledger (field ids 1..9)
 ORDER_KEYS_PROPERTY = "lakepub.order-keys"  # the lakepub.keys version whose k1/k2 the ledger stores
-# Added to the ledger by its first compaction (maintenance/compact.py): on an order's kept row,
-# the (version, payload) of every version compaction dropped below it.
-HISTORY_ARROW = pa.field("history", pa.list_(pa.struct(
-    [("version", pa.int64()), ("day", pa.date32()), ("cents", pa.int64()), ("deleted", pa.bool_())])))
+HISTORY_ARROW = history_arrow(ORDERS_CONTRACT)  # (version, day, cents, deleted)
 
 _TABLE_PROPERTIES = {
     "write.parquet.compression-codec": "zstd",
@@ -92,25 +106,15 @@ def ledger_id(namespace: str, dataset: str) -> tuple[str, str]:
     return (namespace, f"{dataset}__ledger")
 
 
-def ensure_tables(catalog: Catalog, namespace: str, dataset: str, grain: str) -> DatasetTables:
-    """Create the dataset's tables if they do not exist yet, and load them (also when other
-    writers create them at the same time: ``lakepub.store.catalog``)."""
+def ensure_ledger(catalog: Catalog, namespace: str, entity: str, contract: Contract = ORDERS_CONTRACT) -> Table:
+    """Create the entity's ledger if it does not exist yet, and load it (also when other writers
+    create it at the same time: ``lakepub.store.catalog``). The ledger has the contract's fields
+    (``ledger_schema``) and is sorted by its key fields."""
     ensure_namespace(catalog, namespace)
-    spec = PartitionSpec(PartitionField(source_id=1, field_id=1000, transform=_TRANSFORMS[grain], name=f"day_{grain}"))
-    summary = _create_or_load(catalog, summary_id(namespace, dataset), SUMMARY_SCHEMA, spec, None, _SUMMARY_PROPERTIES)
-    ledger_sort = SortOrder(SortField(source_id=1, transform=IdentityTransform()))
-    ledger = _create_or_load(catalog, ledger_id(namespace, dataset), LEDGER_SCHEMA, PartitionSpec(), ledger_sort,
-                             {ORDER_KEYS_PROPERTY: ORDER_KEYS_VERSION})
-    return DatasetTables(summary=summary, ledger=ledger)
-
-
-def ensure_ledger(catalog: Catalog, namespace: str, entity: str, contract) -> Table:
-    """Create the entity's ledger if it does not exist yet, and load it."""
-    ensure_namespace(catalog, namespace)
-    if not contract.is_orders_v1:
-        raise NotImplementedError("generic ledgers arrive with the generic layout")
-    ledger_sort = SortOrder(SortField(source_id=1, transform=IdentityTransform()))
-    return _create_or_load(catalog, ledger_id(namespace, entity), LEDGER_SCHEMA, PartitionSpec(), ledger_sort,
+    schema = ledger_schema(contract)[0]
+    ledger_sort = SortOrder(*(SortField(source_id=schema.find_field(name).field_id, transform=IdentityTransform())
+                              for name in contract.entity.key))
+    return _create_or_load(catalog, ledger_id(namespace, entity), schema, PartitionSpec(), ledger_sort,
                            {ORDER_KEYS_PROPERTY: ORDER_KEYS_VERSION})
 
 
@@ -130,16 +134,18 @@ def order_keys_version(ledger: Table) -> str | None:
     return version
 
 
-def ledger_arrow(ledger: Table, contract=None) -> pa.Schema:
-    """The Arrow schema of the ledger's rows (without k1/k2 for a ledger created before them;
-    with ``history`` once compacted)."""
-    schema = LEDGER_ARROW if has_order_keys(ledger) else pa.schema([f for f in LEDGER_ARROW if f.name not in ("k1", "k2")])
-    return schema.append(HISTORY_ARROW) if has_history(ledger) else schema
+def ledger_arrow(ledger: Table, contract: Contract = ORDERS_CONTRACT) -> pa.Schema:
+    """The Arrow schema of the ledger's rows (``ledger_schema``; without k1/k2 for a ledger
+    created before them; with ``history`` once compacted)."""
+    schema = ledger_schema(contract)[1]
+    if not has_order_keys(ledger):
+        schema = pa.schema([f for f in schema if f.name not in ("k1", "k2")])
+    return schema.append(history_arrow(contract)) if has_history(ledger) else schema
 
 
 def has_history(ledger: Table) -> bool:
     """Whether the ledger has the ``history`` column (it has been compacted)."""
-    return HISTORY_ARROW.name in ledger.schema().column_names
+    return "history" in ledger.schema().column_names
 
 
 def load_tables(catalog: Catalog, namespace: str, dataset: str) -> DatasetTables:
