@@ -197,14 +197,22 @@ def as_decimal(ftype: FieldType, value: Any) -> Decimal:
         raise Bad(f"must be a {ftype} as a JSON number or a string holding one, got {show(value)}")
     if not number.is_finite():
         raise Bad(f"must be a finite {ftype}, got {show(value)}")
-    if abs(number) >= Decimal(10) ** (p - s):
-        raise Bad(f"does not fit {ftype} (at most {p - s} integer digits), got {show(value)}")
-    with localcontext() as ctx:
+    with localcontext() as ctx:  # exact arithmetic: abs() and quantize() round to the context's precision
         ctx.prec = 200
+        if number.copy_abs() >= Decimal(10) ** (p - s):
+            raise Bad(f"does not fit {ftype} (at most {p - s} integer digits), got {show(value)}")
         exact = number.quantize(Decimal(1).scaleb(-s), rounding="ROUND_DOWN")
     if exact != number:
         raise Bad(f"has more than {s} fractional digits ({ftype} is never rounded), got {show(value)}")
     return exact
+
+
+def decimal_bound(ftype: FieldType) -> Decimal:
+    """The largest magnitude a ``decimal(p,s)`` holds: p-s nines, then s nines after the point."""
+    assert ftype.precision is not None and ftype.scale is not None
+    with localcontext() as ctx:
+        ctx.prec = 200
+        return Decimal(10) ** (ftype.precision - ftype.scale) - Decimal(1).scaleb(-ftype.scale)
 
 
 def is_utf8(value: str) -> bool:
