@@ -81,10 +81,11 @@ def timestamps_from_text(col: pa.ChunkedArray, spec: FieldSpec, where: str) -> p
     try:
         ok = pc.match_substring_regex(col, V.TIMESTAMP_FAST_PATTERN)
         if pc.all(pc.fill_null(ok, True)).as_py():
-            text = col
-            if pc.any(pc.match_substring_regex(col, r"\.\d{7}")).as_py():  # zeros after the 6th digit
-                text = pc.replace_substring_regex(col, r"(\.\d{6})0{1,3}", r"\1")
-            return pc.cast(pc.cast(text, pa.string()), _TS_US)
+            text = pc.cast(col, pa.string())
+            try:
+                return pc.cast(text, _TS_US)
+            except pa.ArrowInvalid:  # Arrow parses 6 fraction digits at most: drop the zeros after them
+                return pc.cast(pc.replace_substring_regex(text, r"(\.\d{6})0{1,3}", r"\1"), _TS_US)
     except pa.ArrowInvalid:
         pass
     for row, value in enumerate(py_values(col)):

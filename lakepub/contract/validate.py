@@ -319,36 +319,42 @@ def _first_invalid_row(table: pa.Table, plan: _Plan) -> tuple[int, str, str] | N
         elif role == "deleted":
             if col.null_count:
                 hit(pc.is_null(col), name, "must be true or false")
-        else:
-            if col.null_count and not spec.nullable:
-                if live is None:
-                    live = pc.invert(pc.fill_null(deleted, True)) if deleted is not None else True
-                mask = pc.is_null(col) if live is True else pc.and_(live, pc.is_null(col))
-                hit(mask, name, _null_problem(plan))
-            if kind == "date":
-                low, high = pa.scalar(V.MIN_DAY, pa.date32()), pa.scalar(V.MAX_DAY, pa.date32())
-                if _outside(col, low, high):
-                    hit(pc.fill_null(pc.or_(pc.less(col, low), pc.greater(col, high)), False), name,
-                        f"must be {V.DAY_RANGE}", True)
-            elif kind == "timestamp":
-                low, high = (pa.scalar(v, pa.int64()).cast(spec.type.arrow) for v in (V.MIN_TS_US, V.MAX_TS_US))
-                if _outside(col, low, high):
-                    hit(pc.fill_null(pc.or_(pc.less(col, low), pc.greater(col, high)), False), name,
-                        f"must be {V.TS_RANGE}", True)
-            elif kind in ("float", "double"):
-                finite = pc.is_finite(col)
-                if not pc.all(finite).as_py():
-                    hit(pc.invert(pc.fill_null(finite, True)), name,
-                        f"must be a finite number within the range of a {kind}", True)
-            elif kind == "decimal":  # Arrow's JSON reader does not check the precision
-                top = V.decimal_bound(spec.type)
-                low, high = pa.scalar(top.copy_negate(), spec.type.arrow), pa.scalar(top, spec.type.arrow)
-                if _outside(col, low, high):
-                    hit(pc.fill_null(pc.or_(pc.less(col, low), pc.greater(col, high)), False), name,
-                        f"does not fit {spec.type} (at most {spec.type.precision - spec.type.scale} integer digits)", True)
-            elif rule == "non-negative" and _lowest(col, 0):
-                hit(pc.fill_null(pc.less(col, 0), False), name, "must be an integer >= 0")
+        elif col.null_count and not spec.nullable:
+            if live is None:
+                live = pc.invert(pc.fill_null(deleted, True)) if deleted is not None else True
+            mask = pc.is_null(col) if live is True else pc.and_(live, pc.is_null(col))
+            hit(mask, name, _null_problem(plan))
+        # the values' ranges, key fields included
+        if kind in _BOUNDS:
+            low, high, problem = _bounds(spec)
+            if _outside(col, low, high):
+                hit(pc.fill_null(pc.or_(pc.less(col, low), pc.greater(col, high)), False), name, problem, True)
+        elif kind in ("float", "double"):
+            finite = pc.is_finite(col)
+            if not pc.all(finite).as_py():
+                hit(pc.invert(pc.fill_null(finite, True)), name,
+                    f"must be a finite number within the range of a {kind}", True)
+        elif rule == "non-negative" and _lowest(col, 0):
+            hit(pc.fill_null(pc.less(col, 0), False), name, "must be an integer >= 0")
     return first
+
+
+_BOUNDS = ("date", "timestamp", "decimal")
+
+
+@lru_cache(maxsize=256)
+def _bounds(spec: FieldSpec) -> tuple[pa.Scalar, pa.Scalar, str]:
+    """The lowest and highest value of a date, timestamp or decimal field, and the message."""
+    arrow = spec.type.arrow
+    if spec.type.kind == "date":
+        return pa.scalar(V.MIN_DAY, arrow), pa.scalar(V.MAX_DAY, arrow), f"must be {V.DAY_RANGE}"
+    if spec.type.kind == "timestamp":
+        low, high = (pa.scalar(v, pa.int64()).cast(arrow) for v in (V.MIN_TS_US, V.MAX_TS_US))
+        return low, high, f"must be {V.TS_RANGE}"
+    top = V.decimal_bound(spec.type)  # Arrow's JSON reader does not check a decimal's precision
+    digits = spec.type.precision - spec.type.scale
+    return (pa.scalar(top.copy_negate(), arrow), pa.scalar(top, arrow),
+            f"does not fit {spec.type} (at most {digits} integer digits)")
 
 
 def _lowest(col: Any, floor: int) -> bool:
