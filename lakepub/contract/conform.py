@@ -53,7 +53,8 @@ def conform(col: pa.ChunkedArray, spec: FieldSpec, where: str) -> pa.ChunkedArra
         low, high = V.INT_RANGE[declared]
         return _cast_or_locate(col, spec, where, lambda v: v is None or low <= v <= high,
                                f"does not fit a {32 if declared == 'int' else 64}-bit integer")
-    if declared in ("float", "double") and pa.types.is_floating(kind) and (declared == "double" or kind != pa.float64()):
+    if declared in ("float", "double") and pa.types.is_floating(kind) and (declared == "double"
+                                                                           or kind != pa.float64()):
         return pc.cast(col, target)
     if declared == "date" and pa.types.is_date64(kind):
         return _cast_or_locate(col, spec, where, lambda v: v is None or v % 86_400_000 == 0,

@@ -44,7 +44,7 @@ import pyarrow.json as pj
 import pyarrow.parquet as pq
 
 from lakepub.contract import values as V
-from lakepub.contract.conform import check_utf8, conform, timestamps_from_text
+from lakepub.contract.conform import conform, timestamps_from_text
 from lakepub.contract.model import Contract, FieldSpec
 from lakepub.errors import InvalidEvent
 
@@ -397,4 +397,4 @@ def _locate_jsonl_error(fh: BinaryIO, where: str, plan: _Plan) -> bool:
 
 
 __all__ = ["empty_events", "events_from_arrow", "events_from_bytes", "events_from_records", "read_events",
-           "read_jsonl_events", "read_parquet_events", "validate_record", "check_utf8"]
+           "read_jsonl_events", "read_parquet_events", "validate_record"]
