@@ -192,6 +192,14 @@ def test_jsonl_refusals_name_file_line_and_field(customers: Contract, tmp_path: 
     refused(exc, "record 2", f"field '{field}'", fragment)
 
 
+def test_a_key_given_twice_names_the_line_and_field(customers: Contract, tmp_path: Path):
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n" + json.dumps(GOOD)[:-1] + ', "plan": "free"}\n')
+    with pytest.raises(InvalidEvent) as exc:
+        read_events(path, customers)
+    refused(exc, "c.jsonl:2", "field 'plan'", "twice")
+
+
 def test_nullability_follows_the_deleted_flag(customers: Contract, tmp_path: Path):
     tomb = {"customer_id": "c2", "version": 2, "plan": None, "country": None, "deleted": True}
     assert read_events(jsonl(tmp_path / "c.jsonl", [GOOD, tomb]), customers).num_rows == 2

@@ -151,9 +151,9 @@ def events_from_arrow(raw: pa.Table, contract: Contract, where: str = "<arrow ta
     """
     plan = _plan(contract)
     names = raw.column_names
-    if len(set(names)) != len(names):
-        twice = next(n for n in names if names.count(n) > 1)
-        raise InvalidEvent(where, twice, "appears more than once")
+    twice = [n for n in names if names.count(n) > 1 and (n in plan.declared or contract.extra_fields != "ignore")]
+    if twice:
+        raise InvalidEvent(where, twice[0], "is a column twice")
     if contract.extra_fields != "ignore":
         for name in names:
             if name not in plan.declared:
@@ -386,14 +386,25 @@ def _locate_jsonl_error(fh: BinaryIO, where: str, plan: _Plan) -> bool:
         # Undecodable bytes survive as lone surrogates, so the field holding them can be named.
         line = raw.decode("utf-8", errors="surrogateescape")
         try:
-            record = json.loads(line, parse_float=plan.parse_float)
+            record = json.loads(line, parse_float=plan.parse_float, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as exc:
             raise InvalidEvent(f"{where}:{lineno}", "-", f"is not valid JSON ({exc.msg})") from None
+        except _Bad as bad:
+            raise InvalidEvent(f"{where}:{lineno}", bad.field, bad.problem) from None
         try:
             _convert_record(record, plan)
         except _Bad as bad:
             raise InvalidEvent(f"{where}:{lineno}", bad.field, bad.problem) from None
     return seen
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object; a key given twice is an error (Arrow's reader refuses it too)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        raise _Bad(next(k for k, _ in pairs if k in seen or seen.add(k)), "is given twice in the object")
+    return out
 
 
 __all__ = ["empty_events", "events_from_arrow", "events_from_bytes", "events_from_records", "read_events",
