@@ -11,7 +11,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from datetime import date
-from typing import Iterable
+from decimal import Decimal
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +20,9 @@ import pyarrow.compute as pc
 
 from lakepub import positions
 from lakepub.positions import Vector
+
+if TYPE_CHECKING:
+    from lakepub.contract.model import Contract
 
 _SORT_KEYS = [("order_id", "ascending"), ("version", "ascending"), ("deleted", "ascending"),
               ("day", "ascending"), ("cents", "ascending")]
@@ -37,20 +41,30 @@ def fingerprint(*fields: str) -> str:
     return h.hexdigest()
 
 
-def canonical(events: pa.Table) -> pa.Table:
-    """The events sorted on every field (order_id, version, deleted, day, cents), in one chunk.
+def canonical(events: pa.Table, contract: "Contract | None" = None) -> pa.Table:
+    """The events sorted on every field, in one chunk: the key fields, the version, the deleted
+    flag, then the other fields in declared order (the orders contract, also meant by no
+    contract: order_id, version, deleted, day, cents).
 
     The digest is computed in this order, and the projection relies on it (neighbouring rows
-    share an order and a version), so a batch is sorted once for both.
+    share an entity and a version), so a batch is sorted once for both.
     """
-    return events.take(pc.sort_indices(events, sort_keys=_SORT_KEYS)).combine_chunks()
+    keys = _SORT_KEYS if contract is None or contract.is_orders_v1 else _sort_keys(contract)
+    return events.take(pc.sort_indices(events, sort_keys=keys)).combine_chunks()
 
 
-def events_digest(events: pa.Table, *, is_canonical: bool = False) -> str:
-    """Order-independent sha256 of an events table (see ``lakepub.events.EVENT_SCHEMA``).
+def events_digest(events: pa.Table, contract: "Contract | None" = None, *, is_canonical: bool = False) -> str:
+    """Order-independent sha256 of a validated events table (``contract.arrow_schema``; no
+    contract means the orders contract).
 
-    ``is_canonical``: the table is already ``canonical(events)`` (saves sorting it again).
+    ``is_canonical``: the table is already ``canonical(events, contract)`` (saves sorting it again).
+    The orders contract keeps the digest batches had before contracts (``lakepub-events-v1``), so
+    a retried old batch keeps its identity; any other contract's digest (``lakepub-events-v2``)
+    covers its declared schema (names and types) and, per field in declared order, the validity
+    bytes of a nullable column and its values (nulls as zeros).
     """
+    if contract is not None and not contract.is_orders_v1:
+        return _digest_v2(events if is_canonical else canonical(events, contract), contract)
     h = hashlib.sha256(b"lakepub-events-v1")
     _field(h, str(events.num_rows).encode())
     if events.num_rows == 0:
@@ -66,6 +80,48 @@ def events_digest(events: pa.Table, *, is_canonical: bool = False) -> str:
     _field(h, pc.is_valid(day).to_numpy(zero_copy_only=False).astype(np.uint8).tobytes())
     _field(h, _int_bytes(t.column("cents"), -1))
     _field(h, t.column("deleted").to_numpy(zero_copy_only=False).astype(np.uint8).tobytes())
+    return h.hexdigest()
+
+
+def _sort_keys(contract: "Contract") -> list[tuple[str, str]]:
+    entity = contract.entity
+    first = [*entity.key, entity.version, *([entity.deleted] if entity.deleted else [])]
+    rest = [f.name for f in contract.fields if f.name not in first]
+    return [(name, "ascending") for name in (*first, *rest)]
+
+
+# Fixed-width Arrow storage of each declared type, hashed as little-endian bytes of this width.
+_WIDTH = {"int": 4, "long": 8, "float": 4, "double": 8, "date": 4, "timestamp": 8, "decimal": 16}
+
+
+def _digest_v2(t: pa.Table, contract: "Contract") -> str:
+    h = hashlib.sha256(b"lakepub-events-v2")
+    _field(h, "|".join(f"{f.name}:{f.type}" for f in contract.fields).encode())
+    _field(h, str(t.num_rows).encode())
+    if t.num_rows == 0:
+        return h.hexdigest()
+    nullable = {f.name for f in contract.arrow_schema if f.nullable}
+    for spec in contract.fields:
+        col = t.column(spec.name)
+        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        if spec.name in nullable:  # explicit: a null is never confused with the zero it is filled with
+            _field(h, pc.is_valid(col).to_numpy(zero_copy_only=False).astype(np.uint8).tobytes())
+        kind = spec.type.kind
+        if kind == "string":
+            col = pc.fill_null(col, "")
+            offsets = np.frombuffer(col.buffers()[1], dtype=np.int32)[col.offset: col.offset + len(col) + 1]
+            _field(h, np.diff(offsets).astype("<i8").tobytes())
+            _field(h, memoryview(col.buffers()[2])[int(offsets[0]): int(offsets[-1])] if col.buffers()[2] else b"")
+        elif kind == "boolean":
+            _field(h, pc.fill_null(col, False).to_numpy(zero_copy_only=False).astype(np.uint8).tobytes())
+        else:
+            width = _WIDTH[kind]
+            if kind in ("date", "timestamp"):
+                col = col.view(pa.int32() if kind == "date" else pa.int64())
+            zero = pa.scalar(Decimal(0), col.type) if kind == "decimal" else pa.scalar(0).cast(col.type)
+            filled = pc.fill_null(col, zero)  # a null slot's bytes are undefined
+            data = filled.buffers()[1]  # Arrow buffers are native-endian: little-endian where lakepub runs
+            _field(h, memoryview(data)[filled.offset * width: (filled.offset + len(filled)) * width])
     return h.hexdigest()
 
 
