@@ -18,9 +18,8 @@ any type. Everything else (a timestamp for ``day``, an int for ``deleted``, a st
 ``version``, ...) is refused with the type found and the type expected.
 
 These functions keep the behaviour they had before contracts, which includes **dropping input
-fields the orders contract does not declare** (``ORDERS_INPUT`` is the orders contract with
-``extra_fields: ignore``); ``lakepub.contract.validate`` with ``ORDERS_CONTRACT`` itself refuses
-them, as the contract file says by default.
+fields the orders contract does not declare**: the orders contract is in the original format
+(no ``entity:``), whose default is ``extra_fields: ignore``.
 
 ``-`` reads standard input; a pipe such as ``/dev/stdin`` is read whole first, since neither
 reader can seek in it. Parquet is recognised by its suffix or, without a file name, its magic.
@@ -28,32 +27,16 @@ reader can seek in it. Parquet is recognised by its suffix or, without a file na
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, Iterable
 
 import pyarrow as pa
 
 from lakepub.contract import validate as _v
-from lakepub.contract.model import Contract, Entity, FieldSpec
-from lakepub.contract.types import FieldType
+from lakepub.contract.orders import ORDERS_CONTRACT
 from lakepub.contract.values import MAX_DAY, MIN_DAY
 
-# What catalog/contracts/orders@v1.0.yaml loads to (less its path); a test keeps the two equal.
-ORDERS_CONTRACT = Contract(
-    name="orders",
-    version="1.0",
-    entity=Entity(key=("order_id",), version="version", deleted="deleted"),
-    fields=(
-        FieldSpec("order_id", FieldType("string")),
-        FieldSpec("version", FieldType("long")),
-        FieldSpec("day", FieldType("date")),
-        FieldSpec("cents", FieldType("long")),
-        FieldSpec("deleted", FieldType("boolean")),
-    ),
-    primary_key=("order_id", "version"),
-)
-ORDERS_INPUT = dataclasses.replace(ORDERS_CONTRACT, extra_fields="ignore")
+ORDERS_INPUT = ORDERS_CONTRACT  # the original contract format drops undeclared input fields
 EVENT_SCHEMA = ORDERS_CONTRACT.arrow_schema
 FIELDS = tuple(EVENT_SCHEMA.names)
 __all__ = ["EVENT_SCHEMA", "FIELDS", "MAX_DAY", "MIN_DAY", "ORDERS_CONTRACT", "ORDERS_INPUT", "empty_events",

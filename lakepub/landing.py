@@ -28,7 +28,9 @@ import numpy as np
 import pyarrow as pa
 
 from lakepub.errors import InvalidEvent, InvalidPosition
-from lakepub.events import empty_events, read_jsonl_events
+from lakepub.contract.model import Contract
+from lakepub.contract.orders import ORDERS_CONTRACT
+from lakepub.contract.validate import empty_events, read_jsonl_events
 from lakepub.positions import NAME_RULE, Vector, valid_name
 
 
@@ -84,8 +86,10 @@ def _stat_key(segment: Path) -> tuple[Path, int, int]:
 
 
 class LandingSource:
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, contract: Contract = ORDERS_CONTRACT):
+        """``contract``: what every record must be (validated as it is read)."""
         self.folder = Path(folder)
+        self.contract = contract
         self._counts: dict[tuple[Path, int, int], SegmentCount] = {}
 
     def count(self, segment: Path, last: bool = False) -> tuple[int, int | None]:
@@ -150,7 +154,7 @@ class LandingSource:
         """Yield (events, start, end) batches of at most ``max_batch`` records, from ``committed`` on."""
         if max_batch < 1:
             raise InvalidPosition("--max-batch must be at least 1")
-        cursors = {p: _Cursor(self.segments(p), committed.get(p, 0), self.count) for p in self.partitions()}
+        cursors = {p: _Cursor(self.segments(p), committed.get(p, 0), self.count, self.contract) for p in self.partitions()}
         position = {p: committed.get(p, 0) for p in cursors}
         while True:
             shares = _shares({p: c.remaining for p, c in cursors.items()}, max_batch)
@@ -184,8 +188,10 @@ def _shares(remaining: dict[str, int], max_batch: int) -> dict[str, int]:
 class _Cursor:
     """Reads one partition's records sequentially from an offset, a segment at a time."""
 
-    def __init__(self, segments: list[Path], offset: int, count: Callable[[Path, bool], tuple[int, int | None]]):
+    def __init__(self, segments: list[Path], offset: int, count: Callable[[Path, bool], tuple[int, int | None]],
+                 contract: Contract = ORDERS_CONTRACT):
         self._segments = list(segments)
+        self._contract = contract
         counted = [count(s, i == len(self._segments) - 1) for i, s in enumerate(self._segments)]
         self._counts = [n for n, _ in counted]
         self._sizes = [size for _, size in counted]  # what was counted is what is read
@@ -204,10 +210,10 @@ class _Cursor:
             if self._loaded is None:
                 segment, size = self._segments[self._index], self._sizes[self._index]
                 if size is None:
-                    table = read_jsonl_events(segment)
+                    table = read_jsonl_events(segment, self._contract)
                 else:  # only the complete lines: a producer may still be writing the last one
                     with open(segment, "rb") as fh:
-                        table = read_jsonl_events(fh.read(size), str(segment))
+                        table = read_jsonl_events(fh.read(size), self._contract, str(segment))
                 if table.num_rows != self._counts[self._index]:
                     # Positions count lines; a record spread over lines, or several on one line,
                     # would shift every position after it, so refuse the segment.
@@ -224,4 +230,4 @@ class _Cursor:
             if self._loaded.num_rows == 0:
                 self._loaded = None
                 self._index += 1
-        return pa.concat_tables(parts) if parts else empty_events()
+        return pa.concat_tables(parts) if parts else empty_events(self._contract)

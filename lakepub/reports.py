@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import date, datetime, timezone
+from datetime import datetime, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -293,7 +293,7 @@ def _scan(table, snapshot_id: int | None = None, *, checked: bool = False) -> st
 
 def _landing(ws: Workspace, dataset: str, committed: dict[str, int], override: str | None) -> LandingStatus | None:
     spec = ws.dataset(dataset)
-    src = LandingSource(ws.config.landing_dir(spec.source, override))
+    src = LandingSource(ws.config.landing_dir(spec.source, override), spec.contract)
     if not src.exists():
         return None
     backlog = src.backlog(committed)

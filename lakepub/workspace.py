@@ -23,9 +23,10 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 
 from lakepub import duck, positions
+from lakepub.contract.model import Contract
 from lakepub.config import CONFIG_FILE, DatasetSpec, WorkspaceConfig, find_root, load_workspace
 from lakepub.errors import ConfigError, InvalidPosition, QueryError
-from lakepub.events import events_from_arrow, events_from_records, read_events
+from lakepub.contract.validate import events_from_arrow, events_from_records, read_events
 from lakepub.failures import classified
 from lakepub.landing import LandingSource
 from lakepub.positions import Vector
@@ -107,7 +108,7 @@ class Workspace:
         start_v = positions.parse_vector(start, "start")
         end_v = positions.parse_vector(end, "end")
         covered = positions.check_range(start_v, end_v)
-        table = _events_table(events)  # read and validated before anything touches the catalog
+        table = _events_table(events, spec.contract)  # read and validated before anything touches the catalog
         if isinstance(events, (str, Path)) and table.num_rows != covered:
             name = "<stdin>" if str(events) == "-" else str(events)
             raise InvalidPosition(f"{name} has {table.num_rows} events but the range {positions.dumps(start_v)} -> "
@@ -123,7 +124,7 @@ class Workspace:
         ``on_start(pending_records)`` and ``on_batch(result, pending_after)`` report progress.
         """
         spec = self.dataset(dataset)
-        src = LandingSource(self.config.landing_dir(spec.source, Path(landing) if landing else None))
+        src = LandingSource(self.config.landing_dir(spec.source, Path(landing) if landing else None), spec.contract)
         if not src.exists():
             raise ConfigError(f"landing folder {src.folder} does not exist (it holds one folder per source "
                               "partition, each with JSONL segments read in file-name order)")
@@ -239,12 +240,12 @@ class Workspace:
             return None
 
 
-def _events_table(events: EventsInput) -> pa.Table:
+def _events_table(events: EventsInput, contract: Contract) -> pa.Table:
     if isinstance(events, pa.Table):
-        return events_from_arrow(events)
+        return events_from_arrow(events, contract)
     if isinstance(events, (str, Path)):
-        return read_events(events)  # "-" is standard input
-    return events_from_records(events)
+        return read_events(events, contract)  # "-" is standard input
+    return events_from_records(events, contract)
 
 
 class _ReadAhead:

@@ -38,7 +38,8 @@ def parse(model: type[BaseModel], raw: dict[str, Any], path: Path,
         err = exc.errors()[0]
         loc = tuple(str(part) for part in err["loc"])
         key, kind, got = prefix + ".".join(loc), err["type"], _short(err.get("input"))
-    if kind == "missing" or (got == "None" and len(loc) == 1 and model.model_fields[loc[0]].is_required()):
+    if kind == "missing" or (got == "None" and len(loc) == 1 and loc[0] in model.model_fields
+                             and model.model_fields[loc[0]].is_required()):
         raise ConfigError(f"{path}: '{key}' is required") from None
     if kind == "extra_forbidden":
         known = f" (known keys: {', '.join(model.model_fields)})" if len(loc) == 1 else ""

@@ -15,6 +15,7 @@
       plan: string              # required on live events; may be null on a delete
       deleted: boolean
     extra_fields: refuse        # refuse (default) | ignore: an input field not declared here
+                                # (a contract without ``entity:`` defaults to ignore, as it always did)
 
 Invariants checked when the file is read (each violation is one ``ConfigError`` line naming the
 file and the key): field names are identifiers and not the ledger's own columns; every type is
@@ -135,7 +136,7 @@ class _ContractFile(File):
     description: str = ""
     entity: _EntityFile | None = None
     fields: dict = Field(default_factory=dict)
-    extra_fields: Literal["refuse", "ignore"] = "refuse"
+    extra_fields: Literal["refuse", "ignore"] | None = None  # default: refuse (ignore for the original format)
     constraints: _Constraints = Field(default_factory=_Constraints)
 
     @field_validator("version", mode="before")
@@ -172,7 +173,9 @@ def load_contract(path: Path) -> Contract:
         raise ConfigError(f"{path}: 'fields' must declare at least the entity's key and version")
     declared = {f.name: f for f in fields}
     entity = _entity(path, raw, declared)
-    return Contract(name=raw.name, version=raw.version, entity=entity, fields=fields, extra_fields=raw.extra_fields,
+    # The original format (no ``entity:``) dropped undeclared input fields; it keeps doing so.
+    extra = raw.extra_fields or ("ignore" if raw.entity is None else "refuse")
+    return Contract(name=raw.name, version=raw.version, entity=entity, fields=fields, extra_fields=extra,
                     description=raw.description, primary_key=tuple(raw.constraints.primary_key), path=path)
 
 

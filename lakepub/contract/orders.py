@@ -16,5 +16,6 @@ ORDERS_CONTRACT = Contract(
         FieldSpec("cents", FieldType.parse("long")),
         FieldSpec("deleted", FieldType.parse("boolean")),
     ),
+    extra_fields="ignore",  # the original format: undeclared input fields were always dropped
     primary_key=("order_id", "version"),
 )

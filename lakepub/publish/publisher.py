@@ -54,7 +54,7 @@ from lakepub.publish.versioning import BatchSide, Change, Shape, prepare_batch, 
 from lakepub.store import audit, key_index
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode, reset_main
 from lakepub.store.files import FileWriter
-from lakepub.store.layout import HISTORY_ARROW, ensure_ledger, ledger_arrow, ledger_id, order_keys_version
+from lakepub.store.layout import ensure_ledger, ledger_arrow, ledger_id, order_keys_version
 from lakepub.store.published import ensure_published
 from lakepub.store.record import Counts, PublishRecord, find_batch, latest_published
 from lakepub.store.write import append_files, transaction
@@ -76,8 +76,8 @@ def prepare(events: pa.Table, contract: Contract) -> PreparedBatch:
     """Everything of a publish that needs no table: sort the events canonically, digest them, and
     compute the batch side of the projection (``Workspace.run`` prepares the next batch in its
     read-ahead thread while the current one publishes)."""
-    events = canonical(events)  # sorted once: the digest and the projection both need it
-    return PreparedBatch(events, events_digest(events, is_canonical=True),
+    events = canonical(events, contract)  # sorted once: the digest and the projection both need it
+    return PreparedBatch(events, events_digest(events, contract, is_canonical=True),
                          prepare_batch(events, Shape.of(contract)))
 
 

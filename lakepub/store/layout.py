@@ -19,7 +19,7 @@ from datetime import date
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.sorting import SortField, SortOrder
