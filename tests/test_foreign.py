@@ -11,10 +11,11 @@ from pathlib import Path
 import pyarrow as pa
 import yaml
 from pyiceberg.expressions import EqualTo
+from pyiceberg.types import StringType
 
 from conftest import published_pointers
 from lakepub.generate import generate_stream, oracle_summary, read_stream
-from lakepub.store.layout import summary_id
+from lakepub.store.layout import ledger_id, summary_id
 from lakepub.workspace import Workspace
 
 
@@ -120,5 +121,32 @@ def test_a_changed_partition_grain_is_refused_and_verify_uses_the_tables_spec(ws
 
     path.write_text(original)
     assert cli("run", "orders_daily").code == 0
+    assert _published(ws.config.root) == oracle_summary(read_stream(landing))
+    assert cli("verify", "orders_daily", "--deep").code == 0
+
+
+def _ledger_table(root: Path):
+    ws = Workspace.open(root)
+    return ws.catalog.load_table(ledger_id(ws.config.namespace, "orders_daily"))
+
+
+def test_a_foreign_schema_change_is_refused_with_advice_until_undone(ws: Workspace, cli):
+    """A schema change makes no snapshot, so the foreign-head check cannot see it: a column added
+    by another tool (to either table) is refused by name, and dropping it again unblocks."""
+    landing = _stream(ws, 1000, seed=8)
+    assert cli("run", "orders_daily").code == 0
+    for table_of, name in ((_summary_table, "orders_daily"), (_ledger_table, "orders_daily__ledger")):
+        with table_of(ws.config.root).update_schema() as update:
+            update.add_column("note", StringType())
+        _append_segment(landing, f"9999{len(name)}.jsonl", [dict(NEW[0], order_id=f"schema-{name}")])
+        before = published_pointers(ws)
+        res = cli("run", "orders_daily")
+        assert res.code == 3, res.err
+        assert f"'lakepub.{name}'" in res.err and "note" in res.err and "delete_column('note')" in res.err, res.err
+        assert published_pointers(ws) == before
+        with table_of(ws.config.root).update_schema() as update:  # what the message says
+            update.delete_column("note")
+        res = cli("run", "orders_daily")
+        assert res.code == 0, res.err
     assert _published(ws.config.root) == oracle_summary(read_stream(landing))
     assert cli("verify", "orders_daily", "--deep").code == 0

@@ -14,6 +14,11 @@ partitions and the lakepub snapshot to roll back to. Cost: one read of the publi
 The table's real partition spec also wins over the definition: a ``partition:`` that changed in
 the YAML is refused (``DefinitionChanged``, exit 2) instead of writing a second layout beside the
 first (which read every day twice).
+
+A schema change makes no snapshot, so the foreign-head check cannot see it: ``check_schemas``
+requires the published table's current schema to be lakepub's (``SUMMARY_SCHEMA``: column names
+and types) and the ledger's to be one lakepub writes (``layout.ledger_arrow``), else
+``ForeignChange`` naming the table and the extra, missing or changed columns.
 """
 
 from __future__ import annotations
@@ -22,13 +27,15 @@ from collections import defaultdict
 from datetime import date, datetime, timezone
 from typing import Iterable, Mapping
 
+import pyarrow as pa
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.types import IcebergType, ListType, StructType
 
 from lakepub.config import DatasetSpec
 from lakepub.errors import DefinitionChanged, ForeignChange
 from lakepub.identity import checksum_matches, partition_checksum
-from lakepub.store.layout import grain_of, partition_label
+from lakepub.store.layout import SUMMARY_SCHEMA, grain_of, ledger_arrow, partition_label
 from lakepub.store.record import PublishRecord, foreign_head, recorded_checksums
 
 
@@ -46,6 +53,55 @@ def table_grain(spec: DatasetSpec, summary: Table) -> str:
             f"nothing was published; set it back to '{grain}', or publish the new layout as a new dataset "
             "(a definition change applies to a rebuild, not to published partitions)")
     return grain
+
+
+def check_schemas(summary: Table, ledger: Table) -> None:
+    """Refuse (``ForeignChange``) unless both tables have the columns lakepub writes, with its types."""
+    expected_summary = {f.name: _iceberg_shape(f.field_type) for f in SUMMARY_SCHEMA.fields}
+    expected_ledger = {f.name: _arrow_shape(f.type) for f in ledger_arrow(ledger)}
+    for table, expected in ((summary, expected_summary), (ledger, expected_ledger)):
+        actual = {f.name: _iceberg_shape(f.field_type) for f in table.schema().fields}
+        extra = [n for n in actual if n not in expected]
+        missing = [n for n in expected if n not in actual]
+        changed = [n for n in expected if n in actual and actual[n] != expected[n]]
+        if not (extra or missing or changed):
+            continue
+        what = "; ".join(part for part in (
+            extra and "extra column(s) " + ", ".join(f"{n} ({actual[n]})" for n in extra),
+            missing and "missing column(s) " + ", ".join(f"{n} ({expected[n]})" for n in missing),
+            changed and "changed column(s) " + ", ".join(f"{n} ({expected[n]} -> {actual[n]})" for n in changed),
+        ) if part)
+        fixes = [f"drop {', '.join(extra)} again (pyiceberg: with table.update_schema() as u: "
+                 f"{'; '.join(f'u.delete_column({n!r})' for n in extra)})"] if extra else []
+        if missing or changed:
+            fixes.append("restore the column(s) " + ", ".join(missing + changed) + " with their types ("
+                         + ", ".join(f"{n} {expected[n]}" for n in missing + changed) + ")")
+        raise ForeignChange(
+            f"the schema of table '{'.'.join(table.name())}' was changed outside lakepub ({what}); "
+            f"lakepub writes only its own columns ({', '.join(f'{n} {t}' for n, t in expected.items())}); "
+            f"nothing was published: {' and '.join(fixes)}, then publish again")
+
+
+def _iceberg_shape(t: IcebergType) -> str:
+    """A type's name and nesting, without field ids or nullability."""
+    if isinstance(t, ListType):
+        return f"list<{_iceberg_shape(t.element_type)}>"
+    if isinstance(t, StructType):
+        return "struct<" + ", ".join(f"{f.name}: {_iceberg_shape(f.field_type)}" for f in t.fields) + ">"
+    return str(t)
+
+
+_ARROW_PRIMITIVES = {pa.int64(): "long", pa.string(): "string", pa.large_string(): "string", pa.date32(): "date",
+                     pa.bool_(): "boolean", pa.int32(): "int", pa.float64(): "double"}
+
+
+def _arrow_shape(t: pa.DataType) -> str:
+    """``_iceberg_shape`` of the Iceberg type an Arrow column of lakepub's is stored as."""
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return f"list<{_arrow_shape(t.value_type)}>"
+    if pa.types.is_struct(t):
+        return "struct<" + ", ".join(f"{f.name}: {_arrow_shape(f.type)}" for f in t) + ">"
+    return _ARROW_PRIMITIVES.get(t, str(t))
 
 
 def partition_mismatches(recorded: Mapping[str, str], rows: Iterable[tuple[date, int, int]], grain: str) -> tuple[int, list[str]]:

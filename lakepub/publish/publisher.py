@@ -50,7 +50,7 @@ from lakepub.store.layout import (
 from lakepub.store.files import FileWriter
 from lakepub.store.write import append_files, partition_value, replace_partitions, transaction
 from lakepub.store.record import Counts, PublishRecord, find_batch, latest_published
-from lakepub.publish.guards import check_foreign, table_grain
+from lakepub.publish.guards import check_foreign, check_schemas, table_grain
 
 
 # Ledger columns written without a dictionary: unique values, where building one is wasted work
@@ -160,7 +160,7 @@ class Publisher:
             tables = load_tables(self.catalog, self.namespace, self.spec.name)
             latest = latest_published(tables.summary)  # the checkpoint, even under foreign snapshots
             previous = latest[1] if latest else None
-            self._check_head(tables.summary, latest)
+            self._check_head(tables, latest)
             done = self._check_position(tables.summary, previous, identity, attempt)
             if done is not None:
                 return done
@@ -190,9 +190,12 @@ class Publisher:
             f"'{self.spec.name}'; nothing was published by this batch, retry it"
         )
 
-    def _check_head(self, summary: Table, latest: tuple | None) -> None:
-        """Build only on published data: the table's grain is still the definition's, and a head
-        written by another tool holds exactly the published data (``publish/guards.py``)."""
+    def _check_head(self, tables: DatasetTables, latest: tuple | None) -> None:
+        """Build only on published data: both tables have lakepub's schemas, the table's grain is
+        still the definition's, and a head written by another tool holds exactly the published
+        data (``publish/guards.py``)."""
+        summary = tables.summary
+        check_schemas(summary, tables.ledger)  # a schema change makes no snapshot: checked every time
         self.grain = table_grain(self.spec, summary)
         current = summary.metadata.current_snapshot_id
         if current is None or current == self._vetted or (latest is not None and latest[0].snapshot_id == current):
