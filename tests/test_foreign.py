@@ -9,12 +9,15 @@ from datetime import date
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 import yaml
 from pyiceberg.expressions import EqualTo
 from pyiceberg.types import StringType
 
 from conftest import published_pointers
+from lakepub.errors import ForeignChange
 from lakepub.generate import generate_stream, oracle_summary, read_stream
+from lakepub.publish import published_state
 from lakepub.store.layout import ledger_id, summary_id
 from lakepub.workspace import Workspace
 
@@ -148,5 +151,30 @@ def test_a_foreign_schema_change_is_refused_with_advice_until_undone(ws: Workspa
             update.delete_column("note")
         res = cli("run", "orders_daily")
         assert res.code == 0, res.err
+    assert _published(ws.config.root) == oracle_summary(read_stream(landing))
+    assert cli("verify", "orders_daily", "--deep").code == 0
+
+
+def test_a_foreign_append_duplicating_a_day_is_refused(ws: Workspace, cli):
+    """A day appended twice (a user's script re-appending rows it read) changes the data: the
+    foreign-head check checksums the rows as read, not one entry per day."""
+    landing = _stream(ws, 1000, seed=9)
+    assert cli("run", "orders_daily").code == 0
+    lakepub_snapshot = _summary_table(ws.config.root).metadata.current_snapshot_id
+    table = _summary_table(ws.config.root)
+    table.append(table.scan(row_filter="day == '2025-01-03'").to_arrow())
+    assert cli("verify", "orders_daily").code == 1
+
+    _append_segment(landing, "99999.jsonl", NEW[:1])
+    before = published_pointers(ws)
+    res = cli("run", "orders_daily")
+    assert res.code == 3, res.err
+    assert "2025-01" in res.err and f"rollback_to_snapshot({lakepub_snapshot})" in res.err, res.err
+    assert published_pointers(ws) == before
+    with pytest.raises(ForeignChange, match="2025-01-03 is read more than once"):  # the state never collapses it
+        published_state.load(_summary_table(ws.config.root), "month")
+
+    _summary_table(ws.config.root).manage_snapshots().rollback_to_snapshot(lakepub_snapshot).commit()
+    assert cli("run", "orders_daily").code == 0
     assert _published(ws.config.root) == oracle_summary(read_stream(landing))
     assert cli("verify", "orders_daily", "--deep").code == 0

@@ -107,9 +107,7 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
         check_schemas(tables.summary, tables.ledger)
         grain = table_grain(spec, tables.summary)
         if record is not None and latest[0].snapshot_id != tables.summary.metadata.current_snapshot_id:
-            state = published_state.load(tables.summary, grain)
-            check_foreign(tables.summary, latest, ((d, c, o) for rows in state.rows.values()
-                                                   for d, (c, o) in rows.items()), grain)
+            check_foreign(tables.summary, latest, published_state.read(tables.summary)[2], grain)
         if record is None or base is None:
             return CompactionResult(dataset, 0, 0, 0, 0, None, dry_run)
         ledger = tables.ledger

@@ -128,7 +128,9 @@ def describe(snapshot: Snapshot) -> str:
 
 def check_foreign(summary: Table, latest: tuple[Snapshot, PublishRecord] | None,
                   rows: Iterable[tuple[date, int, int]], grain: str) -> None:
-    """Refuse to build on a foreign head whose data (``rows``) differ from the published data."""
+    """Refuse to build on a foreign head whose data differ from the published data. ``rows`` are the
+    table's rows exactly as read (``published_state.read``, as ``verify`` reads them): a day read
+    twice is checksummed twice, so an appended duplicate is a mismatch."""
     head = foreign_head(summary)
     if head is None:
         return

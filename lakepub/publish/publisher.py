@@ -200,9 +200,10 @@ class Publisher:
         current = summary.metadata.current_snapshot_id
         if current is None or current == self._vetted or (latest is not None and latest[0].snapshot_id == current):
             return
-        state = self._published_state(summary)
-        check_foreign(summary, latest, ((day, c, o) for rows in state.rows.values() for day, (c, o) in rows.items()),
-                      self.grain)
+        # The rows exactly as read: a day appended twice must reach the checksums twice.
+        snapshot_id, tasks, rows = published_state.read(summary)
+        check_foreign(summary, latest, rows, self.grain)
+        self._published = published_state.from_rows(summary, snapshot_id, tasks, rows, self.grain)
         self._vetted = current
 
     def _check_position(self, summary: Table, record: PublishRecord | None, identity: BatchIdentity,
