@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 import yaml
 from pyiceberg.expressions import EqualTo
+from pyiceberg.transforms import BucketTransform, DayTransform
 from pyiceberg.types import StringType
 
 from conftest import published_pointers
@@ -175,6 +176,44 @@ def test_a_foreign_append_duplicating_a_day_is_refused(ws: Workspace, cli):
         published_state.load(_summary_table(ws.config.root), "month")
 
     _summary_table(ws.config.root).manage_snapshots().rollback_to_snapshot(lakepub_snapshot).commit()
+    assert cli("run", "orders_daily").code == 0
+    assert _published(ws.config.root) == oracle_summary(read_stream(landing))
+    assert cli("verify", "orders_daily", "--deep").code == 0
+
+
+def test_an_undone_partition_spec_evolution_lets_publishing_go_on(ws: Workspace, cli):
+    """Iceberg keeps every partition spec a table had: only the current spec must be lakepub's,
+    and live files written with another spec are refused until rewritten with the current one."""
+    landing = _stream(ws, 1000, seed=10)
+    assert cli("run", "orders_daily").code == 0
+    with _summary_table(ws.config.root).update_spec() as update:
+        update.add_field("day", DayTransform(), "day_day")
+    _append_segment(landing, "99990.jsonl", NEW[:1])
+    before = published_pointers(ws)
+    res = cli("run", "orders_daily")
+    assert res.code == 3 and "restore its original spec" in res.err, res.err
+    assert published_pointers(ws) == before
+    with _summary_table(ws.config.root).update_spec() as update:  # restored: the old spec id is reused
+        update.remove_field("day_day")
+    assert len(_summary_table(ws.config.root).metadata.partition_specs) == 2
+    assert cli("run", "orders_daily").code == 0
+    assert cli("verify", "orders_daily").code == 0
+
+    with _summary_table(ws.config.root).update_spec() as update:
+        update.add_field("cents", BucketTransform(4), "cents_bucket")
+    table = _summary_table(ws.config.root)
+    table.overwrite(table.scan().to_arrow())  # the same rows, written with the evolved spec
+    with _summary_table(ws.config.root).update_spec() as update:
+        update.remove_field("cents_bucket")
+    _append_segment(landing, "99991.jsonl", NEW[1:2])
+    before = published_pointers(ws)
+    res = cli("run", "orders_daily")
+    assert res.code == 3, res.err
+    assert "another partition spec" in res.err and "table.overwrite(table.scan().to_arrow())" in res.err, res.err
+    assert published_pointers(ws) == before
+    table = _summary_table(ws.config.root)
+    table.overwrite(table.scan().to_arrow())  # what the message says: the files now have the current spec
+
     assert cli("run", "orders_daily").code == 0
     assert _published(ws.config.root) == oracle_summary(read_stream(landing))
     assert cli("verify", "orders_daily", "--deep").code == 0

@@ -14,6 +14,10 @@ partitions and the lakepub snapshot to roll back to. Cost: one read of the publi
 The table's real partition spec also wins over the definition: a ``partition:`` that changed in
 the YAML is refused (``DefinitionChanged``, exit 2) instead of writing a second layout beside the
 first (which read every day twice).
+Only the table's current default spec is checked (Iceberg keeps old specs for good, so an
+evolution that was undone is fine), but every live data file must have been written with it
+(``check_file_specs``): a publish replaces a partition's files by their partition value under the
+default spec, so files of another spec are refused (``ForeignChange``) until rewritten.
 
 A schema change makes no snapshot, so the foreign-head check cannot see it: ``check_schemas``
 requires the published table's current schema to be lakepub's (``SUMMARY_SCHEMA``: column names
@@ -28,6 +32,7 @@ from datetime import date, datetime, timezone
 from typing import Iterable, Mapping
 
 import pyarrow as pa
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import IcebergType, ListType, StructType
@@ -102,6 +107,29 @@ def _arrow_shape(t: pa.DataType) -> str:
     if pa.types.is_struct(t):
         return "struct<" + ", ".join(f"{f.name}: {_arrow_shape(f.type)}" for f in t) + ">"
     return _ARROW_PRIMITIVES.get(t, str(t))
+
+
+def check_file_specs(summary: Table, files: Iterable[DataFile]) -> None:
+    """Refuse (``ForeignChange``) if a live data file has another partition spec than the default."""
+    default = summary.metadata.default_spec_id
+    other: dict[int, int] = defaultdict(int)
+    for data_file in files:
+        if data_file.spec_id != default:
+            other[data_file.spec_id] += 1
+    if not other:
+        return
+    specs = summary.metadata.specs()
+    found = ", ".join(f"{n} with spec {spec_id} ({_spec_text(specs.get(spec_id))})" for spec_id, n in sorted(other.items()))
+    raise ForeignChange(
+        f"dataset '{summary.name()[-1]}': {sum(other.values())} live data file(s) of the published table were written "
+        f"outside lakepub with another partition spec than its current one, spec {default} "
+        f"({_spec_text(specs.get(default))}): {found}; a publish would replace them wrongly; nothing was published: "
+        f"rewrite those files with the current spec (pyiceberg: table.overwrite(table.scan().to_arrow())), "
+        f"then publish again")
+
+
+def _spec_text(spec) -> str:
+    return ", ".join(f"{f.name}: {f.transform}({f.source_id})" for f in spec.fields) if spec is not None else "unknown"
 
 
 def partition_mismatches(recorded: Mapping[str, str], rows: Iterable[tuple[date, int, int]], grain: str) -> tuple[int, list[str]]:

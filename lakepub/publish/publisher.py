@@ -50,7 +50,7 @@ from lakepub.store.layout import (
 from lakepub.store.files import FileWriter
 from lakepub.store.write import append_files, partition_value, replace_partitions, transaction
 from lakepub.store.record import Counts, PublishRecord, find_batch, latest_published
-from lakepub.publish.guards import check_foreign, check_schemas, table_grain
+from lakepub.publish.guards import check_file_specs, check_foreign, check_schemas, table_grain
 
 
 # Ledger columns written without a dictionary: unique values, where building one is wasted work
@@ -198,13 +198,16 @@ class Publisher:
         check_schemas(summary, tables.ledger)  # a schema change makes no snapshot: checked every time
         self.grain = table_grain(self.spec, summary)
         current = summary.metadata.current_snapshot_id
-        if current is None or current == self._vetted or (latest is not None and latest[0].snapshot_id == current):
+        if current is None:
             return
-        # The rows exactly as read: a day appended twice must reach the checksums twice.
-        snapshot_id, tasks, rows = published_state.read(summary)
-        check_foreign(summary, latest, rows, self.grain)
-        self._published = published_state.from_rows(summary, snapshot_id, tasks, rows, self.grain)
-        self._vetted = current
+        if current != self._vetted and (latest is None or latest[0].snapshot_id != current):
+            # The rows exactly as read: a day appended twice must reach the checksums twice.
+            snapshot_id, tasks, rows = published_state.read(summary)
+            check_foreign(summary, latest, rows, self.grain)
+            self._published = published_state.from_rows(summary, snapshot_id, tasks, rows, self.grain)
+            self._vetted = current
+        if len(summary.metadata.partition_specs) > 1:  # the spec evolved: no file of another spec may be live
+            check_file_specs(summary, (f for files in self._published_state(summary).files.values() for f in files))
 
     def _check_position(self, summary: Table, record: PublishRecord | None, identity: BatchIdentity,
                         attempt: int) -> PublishResult | None:
