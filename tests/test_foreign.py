@@ -11,11 +11,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import yaml
-from pyiceberg.expressions import EqualTo
+from pyiceberg.expressions import EqualTo, LessThan
 from pyiceberg.transforms import BucketTransform, DayTransform
 from pyiceberg.types import StringType
 
-from conftest import published_pointers
+from conftest import CliResult, published_pointers
 from lakepub.errors import ForeignChange
 from lakepub.generate import generate_stream, oracle_summary, read_stream
 from lakepub.publish import published_state
@@ -217,3 +217,46 @@ def test_an_undone_partition_spec_evolution_lets_publishing_go_on(ws: Workspace,
     assert cli("run", "orders_daily").code == 0
     assert _published(ws.config.root) == oracle_summary(read_stream(landing))
     assert cli("verify", "orders_daily", "--deep").code == 0
+
+
+def _publish(cli, root: Path, name: str, events: list[dict], start: int) -> CliResult:
+    path = _write(root / f"{name}.jsonl", events)
+    return cli("publish", "orders_daily", "--events", str(path), "--source", "orders",
+               "--start", json.dumps({"p0": start}), "--end", json.dumps({"p0": start + len(events)}))
+
+
+def _event(order: str, day: str, cents: int) -> dict:
+    return {"order_id": order, "version": 1, "day": day, "cents": cents, "deleted": False}
+
+
+def test_a_foreign_partition_delete_is_refused_after_its_checksum_record_was_expired(ws: Workspace, cli):
+    """Every record carries the number of non-empty partitions: a partition deleted by another tool
+    is detected even once the janitor expired the only record of its checksum."""
+    root = ws.config.root
+    assert _publish(cli, root, "b1", [_event("A", "2025-01-05", 100), _event("B", "2025-02-05", 200)], 0).code == 0
+    assert _publish(cli, root, "b2", [_event("C", "2025-02-06", 300)], 2).code == 0
+    lakepub_snapshot = _summary_table(root).metadata.current_snapshot_id
+    _summary_table(root).delete(LessThan("day", "2025-02-01"))  # a user's script drops January
+    assert cli("janitor", "--older-than", "0s", "--retain-last", "1").code == 0
+
+    verify = cli("verify", "orders_daily")
+    assert verify.code == 1 and "1 non-empty partition(s)" in verify.err and "left 2" in verify.err, verify.err
+    before = published_pointers(ws)
+    res = cli("publish", "orders_daily", "--events", str(_write(root / "b3.jsonl", [_event("D", "2025-02-07", 5)])),
+              "--source", "orders", "--start", '{"p0": 3}', "--end", '{"p0": 4}')
+    assert res.code == 3, res.err
+    assert "partition(s) removed outside lakepub" in res.err and f"rollback_to_snapshot({lakepub_snapshot})" in res.err
+    assert published_pointers(ws) == before
+
+    _summary_table(root).manage_snapshots().rollback_to_snapshot(lakepub_snapshot).commit()
+    assert cli("publish", "orders_daily", "--events", str(root / "b3.jsonl"), "--source", "orders",
+               "--start", '{"p0": 3}', "--end", '{"p0": 4}').code == 0
+    assert _published(root) == {date(2025, 1, 5): (100, 1), date(2025, 2, 5): (200, 1), date(2025, 2, 6): (300, 1),
+                                date(2025, 2, 7): (5, 1)}
+    assert cli("compact", "orders_daily").code == 0  # compaction's record carries the count on
+    assert _summary_table(root).current_snapshot().summary.additional_properties["lakepub.partition-count"] == "2"
+
+
+def _write(path: Path, events: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    return path

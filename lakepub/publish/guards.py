@@ -8,7 +8,10 @@ snapshot" (which once meant starting over and double counting). When the current
 written by another tool, its content is compared, partition by partition, with the checksums
 lakepub recorded: equal content (an overwrite with the same rows, a file rewrite) is built upon;
 any difference refuses the publish (``ForeignChange``, exit 3) naming the foreign snapshot, the
-partitions and the lakepub snapshot to roll back to. Cost: one read of the published table
+partitions and the lakepub snapshot to roll back to. The number of non-empty partitions must
+also equal the newest record's ``lakepub.partition-count`` (``partition_count_mismatches``): a
+partition deleted outside lakepub is detected even after the janitor (or a user's expiry) removed
+its last checksum record. Cost: one read of the published table
 (a row per day) and a sha256 per partition, only when the head is foreign, once per head.
 
 The table's real partition spec also wins over the definition: a ``partition:`` that changed in
@@ -148,6 +151,22 @@ def partition_mismatches(recorded: Mapping[str, str], rows: Iterable[tuple[date,
     return len(labels), mismatches
 
 
+def partition_count_mismatches(latest: tuple[Snapshot, PublishRecord] | None, rows: Iterable[tuple[date, int, int]],
+                               grain: str) -> list[str]:
+    """Compare the number of non-empty partitions of ``rows`` with the count the newest record
+    left (none for records written before lakepub recorded it)."""
+    if latest is None or latest[1].partition_count is None:
+        return []
+    actual = len({partition_label(day, grain) for day, _, _ in rows})
+    expected = latest[1].partition_count
+    if actual == expected:
+        return []
+    change = "removed" if actual < expected else "added"
+    return [f"partitions: the table has {actual} non-empty partition(s) but lakepub's last publish "
+            f"(snapshot {latest[0].snapshot_id}) left {expected}: {abs(expected - actual)} partition(s) {change} "
+            f"outside lakepub"]
+
+
 def describe(snapshot: Snapshot) -> str:
     when = datetime.fromtimestamp(snapshot.timestamp_ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")
     operation = snapshot.summary.operation.value if snapshot.summary is not None else "unknown"
@@ -162,7 +181,9 @@ def check_foreign(summary: Table, latest: tuple[Snapshot, PublishRecord] | None,
     head = foreign_head(summary)
     if head is None:
         return
+    rows = list(rows)
     _, mismatches = partition_mismatches(recorded_checksums(summary), rows, grain)
+    mismatches += partition_count_mismatches(latest, rows, grain)
     if not mismatches:
         return
     restore = (f"roll the table back to lakepub's snapshot {latest[0].snapshot_id} "

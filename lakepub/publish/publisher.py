@@ -259,6 +259,9 @@ class Publisher:
             ledger_tx = _stage_ledger(tables.ledger, ledger_base, ledger_file, identity.batch_id, runs.result())
             ledger_snapshot = ledger_tx.table_metadata.current_snapshot_id
 
+        new_rows = {partition_value(label, grain): rows for label, rows in rewrite.rows.items()}
+        partition_count = (sum(1 for value, rows in state.rows.items() if rows and value not in values)
+                           + sum(1 for rows in new_rows.values() if rows))
         record = PublishRecord(
             batch_id=identity.batch_id,
             batch=identity.as_dict(),
@@ -269,6 +272,7 @@ class Publisher:
             counts=counts,
             totals=(previous.totals if previous else Counts()) + counts,
             ledger_snapshot=ledger_snapshot,
+            partition_count=partition_count,
         )
         summary_tx = transaction(tables.summary)
         props = record.to_properties()
@@ -287,7 +291,6 @@ class Publisher:
             commit_atomically(self.catalog, changes)
         fault_point("after-commit")
         snapshot_id = summary_tx.table_metadata.current_snapshot_id
-        new_rows = {partition_value(label, grain): rows for label, rows in rewrite.rows.items()}
         self._published = state.replaced(snapshot_id, values, new_rows, new_files)
         return PublishResult(
             status="published",

@@ -12,6 +12,12 @@ every source, so the data and the positions become visible in the same commit. K
     lakepub.counts          this batch's counts
     lakepub.totals          running totals of the counts over all publishes
     lakepub.ledger-snapshot the ledger snapshot committed together with this one
+    lakepub.partition-count the number of non-empty partitions of the published table after this
+                            publish (compaction copies it; absent in records of older versions)
+
+The checksums cover only the partitions a publish rewrote, and the janitor keeps a checksum record
+only for partitions present in the current data; the partition count is what still tells that a
+partition was removed outside lakepub after its last checksum record was expired.
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ class PublishRecord:
     counts: Counts
     totals: Counts
     ledger_snapshot: int | None = None
+    partition_count: int | None = None  # non-empty partitions after this publish
     extra: dict[str, str] = field(default_factory=dict)
 
     def to_properties(self) -> dict[str, str]:
@@ -76,6 +83,8 @@ class PublishRecord:
         }
         if self.ledger_snapshot is not None:
             props["lakepub.ledger-snapshot"] = str(self.ledger_snapshot)
+        if self.partition_count is not None:
+            props["lakepub.partition-count"] = str(self.partition_count)
         props.update(self.extra)
         return props
 
@@ -84,6 +93,7 @@ class PublishRecord:
         if "lakepub.batch-id" not in props:
             return None
         ledger = props.get("lakepub.ledger-snapshot")
+        count = props.get("lakepub.partition-count")
         return cls(
             batch_id=props["lakepub.batch-id"],
             batch=json.loads(props.get("lakepub.batch", "{}")),
@@ -94,6 +104,7 @@ class PublishRecord:
             counts=Counts.from_json(props.get("lakepub.counts")),
             totals=Counts.from_json(props.get("lakepub.totals")),
             ledger_snapshot=int(ledger) if ledger else None,
+            partition_count=int(count) if count else None,
         )
 
 
