@@ -229,15 +229,21 @@ def _event(order: str, day: str, cents: int) -> dict:
     return {"order_id": order, "version": 1, "day": day, "cents": cents, "deleted": False}
 
 
+def _publish_two_months_then_delete_january(cli, root: Path) -> tuple[int, int]:
+    assert _publish(cli, root, "b1", [_event("A", "2025-01-05", 100), _event("B", "2025-02-05", 200)], 0).code == 0
+    s1 = _summary_table(root).metadata.current_snapshot_id
+    assert _publish(cli, root, "b2", [_event("C", "2025-02-06", 300)], 2).code == 0
+    s2 = _summary_table(root).metadata.current_snapshot_id
+    _summary_table(root).delete(LessThan("day", "2025-02-01"))  # a user's script drops January
+    return s1, s2
+
+
 def test_a_foreign_partition_delete_is_refused_after_its_checksum_record_was_expired(ws: Workspace, cli):
     """Every record carries the number of non-empty partitions: a partition deleted by another tool
-    is detected even once the janitor expired the only record of its checksum."""
+    is detected even once a user's expiry removed the only record of its checksum."""
     root = ws.config.root
-    assert _publish(cli, root, "b1", [_event("A", "2025-01-05", 100), _event("B", "2025-02-05", 200)], 0).code == 0
-    assert _publish(cli, root, "b2", [_event("C", "2025-02-06", 300)], 2).code == 0
-    lakepub_snapshot = _summary_table(root).metadata.current_snapshot_id
-    _summary_table(root).delete(LessThan("day", "2025-02-01"))  # a user's script drops January
-    assert cli("janitor", "--older-than", "0s", "--retain-last", "1").code == 0
+    s1, s2 = _publish_two_months_then_delete_january(cli, root)
+    _summary_table(root).maintenance.expire_snapshots().by_id(s1).commit()  # January's only checksum record
 
     verify = cli("verify", "orders_daily")
     assert verify.code == 1 and "1 non-empty partition(s)" in verify.err and "left 2" in verify.err, verify.err
@@ -245,10 +251,10 @@ def test_a_foreign_partition_delete_is_refused_after_its_checksum_record_was_exp
     res = cli("publish", "orders_daily", "--events", str(_write(root / "b3.jsonl", [_event("D", "2025-02-07", 5)])),
               "--source", "orders", "--start", '{"p0": 3}', "--end", '{"p0": 4}')
     assert res.code == 3, res.err
-    assert "partition(s) removed outside lakepub" in res.err and f"rollback_to_snapshot({lakepub_snapshot})" in res.err
+    assert "1 partition(s) removed outside lakepub" in res.err and f"rollback_to_snapshot({s2})" in res.err, res.err
     assert published_pointers(ws) == before
 
-    _summary_table(root).manage_snapshots().rollback_to_snapshot(lakepub_snapshot).commit()
+    _summary_table(root).manage_snapshots().rollback_to_snapshot(s2).commit()
     assert cli("publish", "orders_daily", "--events", str(root / "b3.jsonl"), "--source", "orders",
                "--start", '{"p0": 3}', "--end", '{"p0": 4}').code == 0
     assert _published(root) == {date(2025, 1, 5): (100, 1), date(2025, 2, 5): (200, 1), date(2025, 2, 6): (300, 1),
@@ -257,6 +263,51 @@ def test_a_foreign_partition_delete_is_refused_after_its_checksum_record_was_exp
     assert _summary_table(root).current_snapshot().summary.additional_properties["lakepub.partition-count"] == "2"
 
 
+def test_the_janitor_keeps_the_checksum_record_of_a_partition_deleted_outside_lakepub(ws: Workspace, cli):
+    """The janitor once expired the only checksum record of a partition missing from the current
+    data, so the publish on top went through (exit 0 on data missing a month) and, after the
+    rollback a refusal advises, verify could no longer vouch for that partition."""
+    root = ws.config.root
+    s1, s2 = _publish_two_months_then_delete_january(cli, root)
+    assert cli("janitor", "--older-than", "0s", "--retain-last", "1").code == 0
+    assert s1 in {s.snapshot_id for s in _summary_table(root).metadata.snapshots}
+
+    verify = cli("verify", "orders_daily")
+    assert verify.code == 1 and "partition 2025-01" in verify.err and "left 2" in verify.err, verify.err
+    before = published_pointers(ws)
+    res = cli("publish", "orders_daily", "--events", str(_write(root / "b3.jsonl", [_event("D", "2025-02-07", 5)])),
+              "--source", "orders", "--start", '{"p0": 3}', "--end", '{"p0": 4}')
+    assert res.code == 3 and "2025-01" in res.err and f"rollback_to_snapshot({s2})" in res.err, res.err
+    assert published_pointers(ws) == before
+
+    _summary_table(root).manage_snapshots().rollback_to_snapshot(s2).commit()
+    assert cli("publish", "orders_daily", "--events", str(root / "b3.jsonl"), "--source", "orders",
+               "--start", '{"p0": 3}', "--end", '{"p0": 4}').code == 0
+    assert cli("verify", "orders_daily", "--deep").code == 0
+
+
 def _write(path: Path, events: list[dict]) -> Path:
     path.write_text("".join(json.dumps(e) + "\n" for e in events))
     return path
+
+
+def test_the_janitor_keeps_checksum_records_of_mains_lineage_not_of_a_rolled_back_snapshot(ws: Workspace, cli):
+    """Publish S1, S2; roll back to S1; publish S3 from S1. S2 is newer than S1 but off main's
+    lineage: the janitor must keep S1 (the record verify reads for 2025-02), not S2, and a retry
+    of the rolled-back batch must not be found in S2 as "already published"."""
+    root = ws.config.root
+    assert _publish(cli, root, "b1", [_event("A", "2025-01-05", 100), _event("B", "2025-02-05", 200)], 0).code == 0
+    s1 = _summary_table(root).metadata.current_snapshot_id
+    assert _publish(cli, root, "b2", [_event("C", "2025-02-06", 300)], 2).code == 0
+    s2 = _summary_table(root).metadata.current_snapshot_id
+    _summary_table(root).manage_snapshots().rollback_to_snapshot(s1).commit()
+    assert _publish(cli, root, "b3", [_event("D", "2025-01-07", 50)], 2).code == 0
+    assert cli("verify", "orders_daily").code == 0
+
+    assert cli("janitor", "--older-than", "0s", "--retain-last", "1").code == 0
+    kept = {s.snapshot_id for s in _summary_table(root).metadata.snapshots}
+    assert s1 in kept and s2 not in kept
+    assert cli("verify", "orders_daily", "--deep").code == 0
+    retry = _publish(cli, root, "b2", [_event("C", "2025-02-06", 300)], 2)
+    assert retry.code == 3 and "stale start" in retry.err, retry.err
+    assert _published(root) == {date(2025, 1, 5): (100, 1), date(2025, 1, 7): (50, 1), date(2025, 2, 5): (200, 1)}

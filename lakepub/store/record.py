@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Iterator
 
 from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
 from lakepub import positions as pos
@@ -114,26 +115,37 @@ def snapshot_record(snapshot: Snapshot | None) -> PublishRecord | None:
     return PublishRecord.from_properties(dict(snapshot.summary.additional_properties))
 
 
-def ancestry(table: Table) -> Iterator[Snapshot]:
-    """The current snapshot and its ancestors, newest first.
+def lineage(metadata: TableMetadata, snapshot_id: int | None) -> Iterator[Snapshot]:
+    """The snapshot and its ancestors still in the metadata, newest first: main's lineage when
+    ``snapshot_id`` is main's head.
 
-    Parent pointers are followed while the parent is retained; where the janitor expired it (or
-    expiry cleared the pointer), the walk goes on with the newest retained snapshot older than the gap, so expiry leaves gaps but
-    does not cut the walk short. Snapshots off the current lineage (left behind by a rollback)
-    are not ancestry and are not walked while the chain is intact.
+    Parent pointers are followed while the parent is retained. Where the janitor expired it (or
+    expiry cleared the pointer), the walk goes on with the newest retained snapshot older than the
+    oldest one reached so far, so expiry leaves gaps but does not cut the walk short. Snapshots
+    off the lineage (left behind by a rollback) lie between lineage members by sequence number
+    and are never walked: only what is older than the whole walk so far can continue it.
+    ``maintenance/expiry.py`` keeps checksum records by this same walk, so the records readers
+    find are the ones the janitor keeps.
     """
-    snapshots = table.metadata.snapshots
+    snapshots = metadata.snapshots
     by_id = {s.snapshot_id: s for s in snapshots}
-    snapshot = table.current_snapshot()
+    snapshot = by_id.get(snapshot_id) if snapshot_id is not None else None
     seen: set[int] = set()
+    oldest: int | None = None  # the lowest sequence number reached
     while snapshot is not None and snapshot.snapshot_id not in seen:
         seen.add(snapshot.snapshot_id)
+        oldest = snapshot.sequence_number if oldest is None else min(oldest, snapshot.sequence_number)
         yield snapshot
         parent = by_id.get(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
         if parent is None:  # expired (expiry may also clear the pointer): continue below the gap
-            older = [s for s in snapshots if s.sequence_number < snapshot.sequence_number]
+            older = [s for s in snapshots if s.sequence_number < oldest]
             parent = max(older, key=lambda s: s.sequence_number, default=None)
         snapshot = parent
+
+
+def ancestry(table: Table) -> Iterator[Snapshot]:
+    """The current snapshot and its ancestors, newest first (``lineage`` of the current snapshot)."""
+    return lineage(table.metadata, table.metadata.current_snapshot_id)
 
 
 def published_history(table: Table) -> Iterator[tuple[Snapshot, PublishRecord]]:
