@@ -191,4 +191,4 @@ def check_foreign(summary: Table, latest: tuple[Snapshot, PublishRecord] | None,
                if latest else "remove the data written outside lakepub")
     raise ForeignChange(
         f"dataset '{summary.name()[-1]}': {describe(head)} and changed the published data "
-        f"({len(mismatches)} partition(s); {mismatches[0]}); nothing was published: {restore}, then publish again")
+        f"({len(mismatches)} mismatch(es); {mismatches[0]}); nothing was published: {restore}, then publish again")
