@@ -13,9 +13,9 @@ from lakepub.landing import LandingSource
 from lakepub.store import audit, key_index
 from lakepub.store.integrity import check_scannable
 from lakepub.store.key_index import KeyIndex
-from lakepub.publish.guards import describe, partition_mismatches
+from lakepub.publish.guards import describe, partition_count_mismatches, partition_mismatches
 from lakepub.store.layout import grain_of, has_history, ledger_id, partition_label
-from lakepub.store.record import Counts, foreign_head, latest_record, published_history, recorded_checksums
+from lakepub.store.record import Counts, foreign_head, latest_published, latest_record, published_history, recorded_checksums
 from lakepub.workspace import Workspace
 
 
@@ -145,7 +145,7 @@ def log(ws: Workspace, dataset: str, limit: int | None = None) -> list[LogEntry]
 
 def verify(ws: Workspace, dataset: str, *, deep: bool = False) -> VerifyReport:
     """Recompute each published partition's checksum and compare it with the one recorded when it
-    was last rewritten. With ``deep``, also recompute the whole table from the ledger."""
+    was last rewritten, and the number of non-empty partitions with the newest record's. With ``deep``, also recompute the whole table from the ledger."""
     spec = ws.dataset(dataset)
     table = ws._summary_table(dataset)  # noqa: SLF001
     if table is None or table.current_snapshot() is None:
@@ -159,6 +159,7 @@ def verify(ws: Workspace, dataset: str, *, deep: bool = False) -> VerifyReport:
                                       f"({table.metadata.spec()})"]
         else:
             checked, mismatches = partition_mismatches(recorded_checksums(table), rows, grain)
+            mismatches += partition_count_mismatches(latest_published(table), rows, grain)
         foreign = foreign_head(table)
         if foreign is not None and mismatches:
             mismatches = [f"current {describe(foreign)} and changed the published data: {m}" for m in mismatches]

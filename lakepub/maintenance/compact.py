@@ -43,7 +43,7 @@ from lakepub.store.commit import CommitConflict, TableChange, commit_atomically,
 from lakepub.store import key_index, layout
 from lakepub.store.layout import SUMMARY_ARROW, has_history, has_order_keys, ledger_arrow, load_tables
 from lakepub.publish import published_state
-from lakepub.publish.guards import check_foreign, table_grain
+from lakepub.publish.guards import check_foreign, check_schemas, table_grain
 from lakepub.store.record import Counts, latest_published
 from lakepub.store.write import transaction
 from lakepub.workspace import Workspace
@@ -104,11 +104,10 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
         record = latest[1] if latest else None
         base = record.ledger_snapshot if record else None
         # Its published snapshot carries the last record's positions: only onto published data.
+        check_schemas(tables.summary, tables.ledger)
         grain = table_grain(spec, tables.summary)
         if record is not None and latest[0].snapshot_id != tables.summary.metadata.current_snapshot_id:
-            state = published_state.load(tables.summary, grain)
-            check_foreign(tables.summary, latest, ((d, c, o) for rows in state.rows.values()
-                                                   for d, (c, o) in rows.items()), grain)
+            check_foreign(tables.summary, latest, published_state.read(tables.summary)[2], grain)
         if record is None or base is None:
             return CompactionResult(dataset, 0, 0, 0, 0, None, dry_run)
         ledger = tables.ledger

@@ -50,7 +50,7 @@ from lakepub.store.layout import (
 from lakepub.store.files import FileWriter
 from lakepub.store.write import append_files, partition_value, replace_partitions, transaction
 from lakepub.store.record import Counts, PublishRecord, find_batch, latest_published
-from lakepub.publish.guards import check_foreign, table_grain
+from lakepub.publish.guards import check_file_specs, check_foreign, check_schemas, table_grain
 
 
 # Ledger columns written without a dictionary: unique values, where building one is wasted work
@@ -160,7 +160,7 @@ class Publisher:
             tables = load_tables(self.catalog, self.namespace, self.spec.name)
             latest = latest_published(tables.summary)  # the checkpoint, even under foreign snapshots
             previous = latest[1] if latest else None
-            self._check_head(tables.summary, latest)
+            self._check_head(tables, latest)
             done = self._check_position(tables.summary, previous, identity, attempt)
             if done is not None:
                 return done
@@ -190,17 +190,24 @@ class Publisher:
             f"'{self.spec.name}'; nothing was published by this batch, retry it"
         )
 
-    def _check_head(self, summary: Table, latest: tuple | None) -> None:
-        """Build only on published data: the table's grain is still the definition's, and a head
-        written by another tool holds exactly the published data (``publish/guards.py``)."""
+    def _check_head(self, tables: DatasetTables, latest: tuple | None) -> None:
+        """Build only on published data: both tables have lakepub's schemas, the table's grain is
+        still the definition's, and a head written by another tool holds exactly the published
+        data (``publish/guards.py``)."""
+        summary = tables.summary
+        check_schemas(summary, tables.ledger)  # a schema change makes no snapshot: checked every time
         self.grain = table_grain(self.spec, summary)
         current = summary.metadata.current_snapshot_id
-        if current is None or current == self._vetted or (latest is not None and latest[0].snapshot_id == current):
+        if current is None:
             return
-        state = self._published_state(summary)
-        check_foreign(summary, latest, ((day, c, o) for rows in state.rows.values() for day, (c, o) in rows.items()),
-                      self.grain)
-        self._vetted = current
+        if current != self._vetted and (latest is None or latest[0].snapshot_id != current):
+            # The rows exactly as read: a day appended twice must reach the checksums twice.
+            snapshot_id, tasks, rows = published_state.read(summary)
+            check_foreign(summary, latest, rows, self.grain)
+            self._published = published_state.from_rows(summary, snapshot_id, tasks, rows, self.grain)
+            self._vetted = current
+        if len(summary.metadata.partition_specs) > 1:  # the spec evolved: no file of another spec may be live
+            check_file_specs(summary, (f for files in self._published_state(summary).files.values() for f in files))
 
     def _check_position(self, summary: Table, record: PublishRecord | None, identity: BatchIdentity,
                         attempt: int) -> PublishResult | None:
@@ -252,6 +259,9 @@ class Publisher:
             ledger_tx = _stage_ledger(tables.ledger, ledger_base, ledger_file, identity.batch_id, runs.result())
             ledger_snapshot = ledger_tx.table_metadata.current_snapshot_id
 
+        new_rows = {partition_value(label, grain): rows for label, rows in rewrite.rows.items()}
+        partition_count = (sum(1 for value, rows in state.rows.items() if rows and value not in values)
+                           + sum(1 for rows in new_rows.values() if rows))
         record = PublishRecord(
             batch_id=identity.batch_id,
             batch=identity.as_dict(),
@@ -262,6 +272,7 @@ class Publisher:
             counts=counts,
             totals=(previous.totals if previous else Counts()) + counts,
             ledger_snapshot=ledger_snapshot,
+            partition_count=partition_count,
         )
         summary_tx = transaction(tables.summary)
         props = record.to_properties()
@@ -280,7 +291,6 @@ class Publisher:
             commit_atomically(self.catalog, changes)
         fault_point("after-commit")
         snapshot_id = summary_tx.table_metadata.current_snapshot_id
-        new_rows = {partition_value(label, grain): rows for label, rows in rewrite.rows.items()}
         self._published = state.replaced(snapshot_id, values, new_rows, new_files)
         return PublishResult(
             status="published",

@@ -149,11 +149,13 @@ def _create_or_load(catalog: Catalog, ident: tuple[str, str], schema: Schema, sp
 
 
 def grain_of(summary: Table) -> str | None:
-    """The partition grain of a published table, read from its real partition spec (the
-    definition's ``partition:`` may have changed since the table was created); None if the
-    spec is not one lakepub writes (changed by another tool)."""
+    """The partition grain of a published table, read from its real (current default) partition
+    spec (the definition's ``partition:`` may have changed since the table was created); None if
+    that spec is not one lakepub writes (changed by another tool). Only the default spec counts:
+    Iceberg keeps every spec a table ever had, so an evolution that was undone leaves an old spec
+    behind for good (live files written with another spec are refused by ``publish/guards.py``)."""
     spec = summary.metadata.spec()
-    if len(summary.metadata.partition_specs) != 1 or len(spec.fields) != 1 or spec.fields[0].source_id != 1:
+    if len(spec.fields) != 1 or spec.fields[0].source_id != 1:
         return None
     transform = spec.fields[0].transform
     return next((grain for grain, t in _TRANSFORMS.items() if type(t) is type(transform)), None)
