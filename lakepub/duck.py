@@ -9,12 +9,19 @@ Two kinds of database: ``connect`` gives an unrestricted one (publishes, verify,
 ``Workspace.query``): external access disabled except for the tables' folders, configuration
 locked, and only SELECT-like statements accepted (``check_read_only``). DuckDB's settings are per
 database, so the two never share one: locking the sandbox does not lock the other connections.
+DuckDB also lets a database read its ``temp_directory`` (by default ``.tmp`` under the working
+directory, whatever is in it), so a sandbox spills to a private folder of its own instead
+(``tempfile.mkdtemp``, removed when the process exits): the only folders a sandboxed query can
+read are the tables' folders and that one, which holds nothing but DuckDB's own spill files.
 """
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import re
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -62,7 +69,9 @@ def sandboxed(catalog_properties: Mapping[str, str] | None, allowed_directories:
     After the extensions (and the S3 secret) are loaded: ``allowed_directories`` (folders, or
     ``s3://bucket/prefix/`` for an S3 warehouse; httpfs honours it), ``enable_external_access=false``
     (no other file or URL, no ATTACH, INSTALL or LOAD) and ``lock_configuration=true`` (no SET can
-    undo it). ``allowed_directories`` grants writes too, so run only what ``check_read_only``
+    undo it). ``temp_directory`` is set to a private folder first: DuckDB allows access to its temp
+    directory, which by default is ``.tmp`` in the working directory (a user's folder).
+    ``allowed_directories`` grants writes too, so run only what ``check_read_only``
     accepts. Like ``connect``, one database per configuration (and directory set) is kept for the
     process; views must be TEMP views.
     """
@@ -73,12 +82,25 @@ def sandboxed(catalog_properties: Mapping[str, str] | None, allowed_directories:
         base = _BASES.get(key)
         if base is None:
             base = _new_database(props, None)
+            base.execute(f"SET temp_directory='{_q(_private_temp_directory())}'")
             listed = ", ".join(f"'{_q(f)}'" for f in folders)
             base.execute(f"SET allowed_directories=[{listed}]")
             base.execute("SET enable_external_access=false")
             base.execute("SET lock_configuration=true")
             _BASES[key] = base
     return base.cursor()
+
+
+_TEMP_DIRECTORIES: list[str] = []
+
+
+def _private_temp_directory() -> str:
+    """A new empty folder for a sandboxed database's spill files, removed at process exit."""
+    folder = tempfile.mkdtemp(prefix="lakepub-duck-")
+    if not _TEMP_DIRECTORIES:
+        atexit.register(lambda: [shutil.rmtree(f, ignore_errors=True) for f in _TEMP_DIRECTORIES])
+    _TEMP_DIRECTORIES.append(folder)
+    return folder
 
 
 def sandbox_directories(warehouse: str | None, metadata_locations: Iterable[str]) -> list[str]:

@@ -16,12 +16,12 @@ from lakepub.store.integrity import check_scannable
 from lakepub.store.key_index import KeyIndex
 from lakepub.contract.model import Contract
 from lakepub.contract.orders import ORDERS_CONTRACT
-from lakepub.publish.guards import describe, partition_mismatches
+from lakepub.publish.guards import describe, partition_count_mismatches, partition_mismatches
 from lakepub.projection.partitioning import PartitionBy
 from lakepub.publish.states import live_states
 from lakepub.store.layout import has_history, ledger_id
 from lakepub.store.published import partition_of
-from lakepub.store.record import Counts, foreign_head, latest_record, published_history, recorded_checksums
+from lakepub.store.record import Counts, foreign_head, latest_published, latest_record, published_history, recorded_checksums
 from lakepub.workspace import Workspace
 
 
@@ -99,7 +99,7 @@ def status(ws: Workspace, dataset: str, *, landing: str | None = None) -> Datase
     history = next(published_history(table), None)
     record = history[1] if history else None
     measures = [m.name for m in getattr(spec.kind, "measures", [])]
-    partition = spec.partition
+    partition = PartitionBy.parse(partition_of(table) or str(spec.partition), str(spec.path))  # the table's spec
     con = duck.connect(ws.config.catalog)
     try:
         sums = "".join(f", sum({_ident(m)})" for m in measures)
@@ -176,6 +176,7 @@ def verify(ws: Workspace, dataset: str, *, deep: bool = False) -> VerifyReport:
             rows = rows.select(schema.names).cast(schema) if set(schema.names) <= set(rows.column_names) else rows
             partition = PartitionBy.parse(published, str(spec.path))
             checked, mismatches = partition_mismatches(recorded_checksums(table), rows, partition)
+            mismatches += partition_count_mismatches(latest_published(table), rows, partition)
         foreign = foreign_head(table)
         if foreign is not None and mismatches:
             mismatches = [f"current {describe(foreign)} and changed the published data: {m}" for m in mismatches]

@@ -8,6 +8,9 @@ stays an unrestricted DuckDB connection for Python users.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -149,3 +152,23 @@ def test_sandbox_costs_little_per_query(shop: Path):
         ws.query(sql)
     per_query = (time.perf_counter() - start) / 5
     assert per_query < 0.5, per_query  # generous: the point is no per-query extension loading
+
+
+def test_select_cannot_read_duckdbs_default_temp_directory(shop: Path, tmp_path: Path):
+    """DuckDB allows its ``temp_directory`` (default ``.tmp`` under the working directory): the
+    sandbox spills to a private folder instead, removed when the process exits."""
+    cwd = tmp_path / "cwd"
+    (cwd / ".tmp").mkdir(parents=True)
+    (cwd / ".tmp" / "x.txt").write_text("secret-in-tmp\n")
+    private = tmp_path / "tmpdir"
+    private.mkdir()
+    for path in (cwd / ".tmp" / "x.txt", f"{cwd}/.tmp/../.tmp/x.txt"):
+        proc = subprocess.run(
+            [sys.executable, "-m", "lakepub.cli", "-w", str(shop), "query", f"SELECT * FROM read_text('{path}')"],
+            capture_output=True, text=True, cwd=cwd, env={**os.environ, "TMPDIR": str(private)}, timeout=120)
+        assert proc.returncode == 2, (proc.stdout, proc.stderr)
+        assert "secret-in-tmp" not in proc.stdout and "disabled by configuration" in proc.stderr, proc.stderr
+    assert list(private.iterdir()) == []  # the private spill folder is gone with the process
+    ok = subprocess.run([sys.executable, "-m", "lakepub.cli", "-w", str(shop), "query", "SELECT sum(cents) AS c FROM orders_daily"],
+                        capture_output=True, text=True, cwd=cwd, env={**os.environ, "TMPDIR": str(private)}, timeout=120)
+    assert ok.returncode == 0 and "190" in ok.stdout, ok.stderr

@@ -10,9 +10,15 @@ it is older than the window AND none of these keeps it:
 * ledger only: the ledger snapshots that the published table's newest snapshots record in
   ``lakepub.ledger-snapshot`` (``pinned``): publishers under the ordered commit read and build on
   exactly that snapshot, and ``lakepub verify --deep`` compares against it;
-* published table only: ``lakepub verify`` takes each partition's checksum from the newest
-  publish that rewrote it (walking snapshots in sequence order, so gaps are fine), so for every
-  partition present in the current data the newest snapshot recording its checksum is kept.
+* published table only: ``lakepub verify`` and the foreign-head check take each partition's
+  checksum from the newest publish on main's lineage that rewrote it (``store/record.lineage``:
+  the parent chain, continued below a gap left by expiry with what is older than the walk so far),
+  so the newest checksum record is chosen by that same walk, never by sequence number over all
+  snapshots: a snapshot left off the lineage by a rollback lies between lineage members and is
+  never chosen (older than the window and unprotected, it is expired like any other). It is kept
+  for every partition present in the current data, and for every partition whose newest record
+  is not empty even though the current data lack it (deleted by another tool: rolling the table
+  back to lakepub's snapshot, as a publish advises, must leave it verifiable).
 
 ``commit_expiry`` uses pyiceberg's builders (``ManageSnapshots.remove_branch``,
 ``ExpireSnapshots.by_ids``) to stage the change, then commits it with one requirement per ref
@@ -36,6 +42,8 @@ from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID, TableRe
 from pyiceberg.table.update.snapshot import ExpireSnapshots, ManageSnapshots
 from sqlalchemy.exc import OperationalError
 
+from lakepub.identity import checksum_matches, partition_checksum
+from lakepub.store.record import lineage
 from lakepub.store.version_hint import write_version_hint
 
 STAGING_PREFIX = "lakepub-staging-"
@@ -71,23 +79,30 @@ def ancestry(metadata: TableMetadata, snapshot_id: int | None) -> list[Snapshot]
     return out
 
 
-def checksum_labels(snapshot: Snapshot) -> set[str]:
-    """Partitions whose checksum this snapshot's ``lakepub.checksums`` record carries."""
+def recorded_checksums(snapshot: Snapshot) -> dict[str, str]:
+    """The partitions and checksums this snapshot's ``lakepub.checksums`` record carries."""
     props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
     raw = props.get("lakepub.checksums")
     if not raw:
-        return set()
+        return {}
     try:
-        return set(json.loads(raw))
+        found = json.loads(raw)
     except (ValueError, TypeError):
-        return set()
+        return {}
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+
+
+
+_EMPTY_PARTITION = partition_checksum([])  # what a publish records for a partition it emptied
 
 
 def plan_expiry(metadata: TableMetadata, *, now_ms: int, older_than_ms: int, retain_last: int = DEFAULT_RETAIN_LAST,
                 live_labels: set[str] | None = None, pinned: dict[int, str] | None = None,
                 staging_prefix: str = STAGING_PREFIX) -> ExpiryPlan:
-    """Decide which snapshots to expire. ``live_labels`` (published table only) are the partitions
-    present in the current data whose newest checksum record must stay reachable from main;
+    """Decide which snapshots to expire. ``live_labels`` (published table only; None for other
+    tables) are the partitions present in the current data whose newest checksum record on main's
+    lineage must stay (and so must any partition's whose newest record is not empty);
     ``pinned`` maps snapshot ids that must be kept to the reason (ids not in the table are ignored)."""
     if retain_last < 1:
         raise ValueError("retain_last must be at least 1")
@@ -117,13 +132,20 @@ def plan_expiry(metadata: TableMetadata, *, now_ms: int, older_than_ms: int, ret
         if metadata.snapshot_by_id(snapshot_id) is not None:
             keep(snapshot_id, reason)
 
-    if live_labels:
+    if live_labels is not None:
         missing = set(live_labels)
-        for snapshot in sorted(metadata.snapshots, key=lambda s: s.sequence_number, reverse=True):
-            found = missing & checksum_labels(snapshot)
-            if found:
-                keep(snapshot.snapshot_id, f"newest checksum record of partition(s) {', '.join(sorted(found))}")
-                missing -= found
+        chosen: dict[int, list[str]] = {}
+        seen: set[str] = set()
+        for snapshot in lineage(metadata, metadata.current_snapshot_id):
+            for label, checksum in sorted(recorded_checksums(snapshot).items()):
+                if label in seen:
+                    continue
+                seen.add(label)
+                if label in live_labels or not checksum_matches(checksum, _EMPTY_PARTITION):
+                    chosen.setdefault(snapshot.snapshot_id, []).append(label)
+                    missing.discard(label)
+        for snapshot_id, labels in chosen.items():
+            keep(snapshot_id, f"newest checksum record of partition(s) {', '.join(labels)}")
         if missing:
             warnings.append(f"partition(s) {', '.join(sorted(missing))} have no checksum record left; "
                             "'lakepub verify' will report them")

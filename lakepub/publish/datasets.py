@@ -23,7 +23,7 @@ from lakepub.config import DatasetSpec
 from lakepub.identity import RECORDED_CHECKSUM_HEX
 from lakepub.projection.checksum import partition_checksum
 from lakepub.publish import published_state
-from lakepub.publish.guards import check_definition, check_foreign
+from lakepub.publish.guards import check_definition, check_file_specs, check_foreign, check_schemas
 from lakepub.publish.published_state import PublishedState, split
 from lakepub.publish.versioning import Change
 from lakepub.store.record import PublishRecord
@@ -59,15 +59,27 @@ class DatasetWriter:
     def check_definition(self, table: Table) -> None:
         check_definition(self.spec, table)
 
-    def check_head(self, table: Table, latest: tuple | None) -> None:
-        """Build only on published data: the table is still what the definition declares, and a
-        head written by another tool holds exactly the published data (``publish/guards.py``)."""
+    def check_head(self, table: Table, ledger: Table, latest: tuple | None) -> None:
+        """Build only on published data (``publish/guards.py``): both tables have lakepub's
+        schemas, the table is still what the definition declares, a head written by another tool
+        holds exactly the published data (its rows as read: a row appended twice counts twice),
+        and after a foreign evolution of the partition spec no live file has another spec."""
+        check_schemas(self.spec, table, ledger)
         check_definition(self.spec, table)
         current = table.metadata.current_snapshot_id
-        if current is None or current == self._vetted or (latest is not None and latest[0].snapshot_id == current):
+        if current is None:
             return
-        check_foreign(table, latest, self.state(table).all_rows(), self.spec.partition)
-        self._vetted = current
+        if current != self._vetted and (latest is None or latest[0].snapshot_id != current):
+            check_foreign(table, latest, self.state(table).all_rows(), self.spec.partition)
+            self._vetted = current
+        if len(table.metadata.partition_specs) > 1:
+            check_file_specs(table, (f for files in self.state(table).files.values() for f in files))
+
+    def partition_count(self, table: Table, rewrite: Rewrite) -> int:
+        """The number of non-empty partitions after ``rewrite`` (recorded: ``guards``)."""
+        state = self.state(table)
+        kept = sum(1 for value, rows in state.rows.items() if rows.num_rows and value not in rewrite.values)
+        return kept + sum(1 for rows in rewrite.rows.values() if rows.num_rows)
 
     def rewrite(self, table: Table, change: Change) -> Rewrite:
         """The new content of every partition the batch changes (nothing written yet)."""

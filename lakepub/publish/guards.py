@@ -18,12 +18,15 @@ instead of writing a second layout beside the first (which read every day twice)
 
 from __future__ import annotations
 
+from collections import defaultdict
 from datetime import datetime, timezone
-from typing import Mapping
+from typing import Iterable, Mapping
 
 import pyarrow as pa
+from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.types import IcebergType, ListType, StructType
 
 from lakepub.config import DatasetSpec
 from lakepub.errors import DefinitionChanged, ForeignChange
@@ -31,7 +34,8 @@ from lakepub.identity import checksum_matches
 from lakepub.projection.checksum import partition_checksum
 from lakepub.projection.partitioning import PartitionBy
 from lakepub.publish.published_state import split
-from lakepub.store.published import partition_of, recorded_definition
+from lakepub.store.layout import ledger_iceberg
+from lakepub.store.published import partition_of, published_schema, recorded_definition
 from lakepub.store.record import PublishRecord, foreign_head, recorded_checksums
 
 _ADVICE = ("nothing was published; set it back, or publish the new definition as a new dataset "
@@ -55,11 +59,84 @@ def check_definition(spec: DatasetSpec, table: Table) -> None:
                 where = "partition" if key == "partition" else f"projection.{key}"
                 raise DefinitionChanged(spec.path or spec.name, where, recorded.get(key), current.get(key), _ADVICE)
         return
-    columns = [(f.name, str(f.type)) for f in spec.kind.output_schema()]
-    have = [(f.name, str(f.field_type)) for f in table.schema().fields]
-    if [n for n, _ in columns] != [n for n, _ in have]:
-        raise DefinitionChanged(spec.path or spec.name, "projection", [n for n, _ in have], [n for n, _ in columns],
-                                _ADVICE)
+    columns = [f.name for f in spec.kind.output_schema()]
+    have = [f.name for f in table.schema().fields]
+    if columns != have:
+        raise DefinitionChanged(spec.path or spec.name, "projection", have, columns, _ADVICE)
+
+
+def check_schemas(spec: DatasetSpec, summary: Table, ledger: Table) -> None:
+    """Refuse (``ForeignChange``) unless both tables have the columns lakepub writes, with its
+    types (a schema change makes no snapshot: checked on every publish)."""
+    expected_summary = {f.name: _shape(f.field_type) for f in published_schema(spec).fields}
+    expected_ledger = {f.name: _shape(f.field_type) for f in ledger_iceberg(ledger, spec.contract).fields}
+    for table, expected in ((summary, expected_summary), (ledger, expected_ledger)):
+        actual = {f.name: _shape(f.field_type) for f in table.schema().fields}
+        extra = [n for n in actual if n not in expected]
+        missing = [n for n in expected if n not in actual]
+        changed = [n for n in expected if n in actual and actual[n] != expected[n]]
+        if not (extra or missing or changed):
+            continue
+        what = "; ".join(part for part in (
+            extra and "extra column(s) " + ", ".join(f"{n} ({actual[n]})" for n in extra),
+            missing and "missing column(s) " + ", ".join(f"{n} ({expected[n]})" for n in missing),
+            changed and "changed column(s) " + ", ".join(f"{n} ({expected[n]} -> {actual[n]})" for n in changed),
+        ) if part)
+        fixes = [f"drop {', '.join(extra)} again (pyiceberg: with table.update_schema() as u: "
+                 f"{'; '.join(f'u.delete_column({n!r})' for n in extra)})"] if extra else []
+        if missing or changed:
+            fixes.append("restore the column(s) " + ", ".join(missing + changed) + " with their types ("
+                         + ", ".join(f"{n} {expected[n]}" for n in missing + changed) + ")")
+        raise ForeignChange(
+            f"the schema of table '{'.'.join(table.name())}' was changed outside lakepub ({what}); "
+            f"lakepub writes only its own columns ({', '.join(f'{n} {t}' for n, t in expected.items())}); "
+            f"nothing was published: {' and '.join(fixes)}, then publish again")
+
+
+def _shape(t: IcebergType) -> str:
+    """A type's name and nesting, without field ids or nullability."""
+    if isinstance(t, ListType):
+        return f"list<{_shape(t.element_type)}>"
+    if isinstance(t, StructType):
+        return "struct<" + ", ".join(f"{f.name}: {_shape(f.field_type)}" for f in t.fields) + ">"
+    return str(t)
+
+
+def check_file_specs(table: Table, files: Iterable[DataFile]) -> None:
+    """Refuse (``ForeignChange``) if a live data file has another partition spec than the default
+    (written by another tool after an evolution of the spec: a publish would replace it wrongly)."""
+    default = table.metadata.default_spec_id
+    other: dict[int, int] = defaultdict(int)
+    for data_file in files:
+        if data_file.spec_id != default:
+            other[data_file.spec_id] += 1
+    if not other:
+        return
+    specs = table.metadata.specs()
+    found = ", ".join(f"{n} with spec {spec_id} ({specs.get(spec_id)})" for spec_id, n in sorted(other.items()))
+    raise ForeignChange(
+        f"dataset '{table.name()[-1]}': {sum(other.values())} live data file(s) of the published table were written "
+        f"outside lakepub with another partition spec than its current one, spec {default} "
+        f"({specs.get(default)}): {found}; a publish would replace them wrongly; nothing was published: "
+        f"rewrite those files with the current spec (pyiceberg: table.overwrite(table.scan().to_arrow())), "
+        f"then publish again")
+
+
+def partition_count_mismatches(latest: tuple[Snapshot, PublishRecord] | None, rows: pa.Table,
+                               partition: PartitionBy) -> list[str]:
+    """Compare the number of non-empty partitions of ``rows`` with the count the newest record
+    left (none for records written before lakepub recorded it): the checksums cover only the
+    partitions a publish rewrote, and a checksum record may have been expired since."""
+    if latest is None or latest[1].partition_count is None:
+        return []
+    actual = len(split(rows, partition))
+    expected = latest[1].partition_count
+    if actual == expected:
+        return []
+    change = "removed" if actual < expected else "added"
+    return [f"partitions: the table has {actual} non-empty partition(s) but lakepub's last publish "
+            f"(snapshot {latest[0].snapshot_id}) left {expected}: {abs(expected - actual)} partition(s) {change} "
+            f"outside lakepub"]
 
 
 def partition_mismatches(recorded: Mapping[str, str], rows: pa.Table, partition: PartitionBy) -> tuple[int, list[str]]:
@@ -89,6 +166,7 @@ def check_foreign(summary: Table, latest: tuple[Snapshot, PublishRecord] | None,
     if head is None:
         return
     _, mismatches = partition_mismatches(recorded_checksums(summary), rows, partition)
+    mismatches += partition_count_mismatches(latest, rows, partition)
     if not mismatches:
         return
     restore = (f"roll the table back to lakepub's snapshot {latest[0].snapshot_id} "
@@ -96,4 +174,4 @@ def check_foreign(summary: Table, latest: tuple[Snapshot, PublishRecord] | None,
                if latest else "remove the data written outside lakepub")
     raise ForeignChange(
         f"dataset '{summary.name()[-1]}': {describe(head)} and changed the published data "
-        f"({len(mismatches)} partition(s); {mismatches[0]}); nothing was published: {restore}, then publish again")
+        f"({len(mismatches)} mismatch(es); {mismatches[0]}); nothing was published: {restore}, then publish again")

@@ -156,7 +156,7 @@ class Publisher:
         tables = {name: self.catalog.load_table((self.namespace, name)) for name in self.writers}
         latest = {name: latest_published(table) for name, table in tables.items()}
         for name, table in tables.items():
-            self.writers[name].check_head(table, latest[name])
+            self.writers[name].check_head(table, ledger, latest[name])
         return ledger, tables, latest
 
     def checkpoint(self, latest: dict[str, Latest]) -> tuple[str, PublishRecord] | None:
@@ -211,6 +211,7 @@ class Publisher:
             counts=Counts(partitions_rewritten=len(rewrite.partitions)),
             totals=Counts(),
             ledger_snapshot=record.ledger_snapshot,
+            partition_count=writer.partition_count(tables[name], rewrite),
         )
         tx, files = writer.stage(tables[name], rewrite, built)
         # The ledger and the dataset it was built beside must not have moved meanwhile.
@@ -339,6 +340,7 @@ class Publisher:
                 counts=counts,
                 totals=(own.totals if own else Counts()) + counts,
                 ledger_snapshot=ledger_snapshot,
+                partition_count=writer.partition_count(tables[name], rewrites[name]),
             )
             staged[name] = writer.stage(tables[name], rewrites[name], record)
         fault_point("after-data-write")

@@ -143,6 +143,14 @@ def ledger_arrow(ledger: Table, contract: Contract = ORDERS_CONTRACT) -> pa.Sche
     return schema.append(history_arrow(contract)) if has_history(ledger) else schema
 
 
+def ledger_iceberg(ledger: Table, contract: Contract = ORDERS_CONTRACT) -> Schema:
+    """The Iceberg columns a ledger of ``contract`` has (as ``ledger_arrow``): what lakepub writes."""
+    fields = [f for f in ledger_schema(contract)[0].fields if has_order_keys(ledger) or f.name not in ("k1", "k2")]
+    if has_history(ledger):
+        fields.append(NestedField(len(fields) + 1, "history", history_iceberg(contract), required=False))
+    return Schema(*fields)
+
+
 def has_history(ledger: Table) -> bool:
     """Whether the ledger has the ``history`` column (it has been compacted)."""
     return "history" in ledger.schema().column_names
@@ -166,11 +174,13 @@ def _create_or_load(catalog: Catalog, ident: tuple[str, str], schema: Schema, sp
 
 
 def grain_of(summary: Table) -> str | None:
-    """The partition grain of a published table, read from its real partition spec (the
-    definition's ``partition:`` may have changed since the table was created); None if the
-    spec is not one lakepub writes (changed by another tool)."""
+    """The partition grain of a published table, read from its real (current default) partition
+    spec (the definition's ``partition:`` may have changed since the table was created); None if
+    that spec is not one lakepub writes (changed by another tool). Only the default spec counts:
+    Iceberg keeps every spec a table ever had, so an evolution that was undone leaves an old spec
+    behind for good (live files written with another spec are refused by ``publish/guards.py``)."""
     spec = summary.metadata.spec()
-    if len(summary.metadata.partition_specs) != 1 or len(spec.fields) != 1 or spec.fields[0].source_id != 1:
+    if len(spec.fields) != 1 or spec.fields[0].source_id != 1:
         return None
     transform = spec.fields[0].transform
     return next((grain for grain, t in _TRANSFORMS.items() if type(t) is type(transform)), None)

@@ -58,9 +58,7 @@ def recorded_definition(table: Table) -> dict[str, Any] | None:
 def partition_of(table: Table) -> str | None:
     """The table's real partition spec in the definition's syntax (``month(day)``, ``none``), or
     None if it is not one a definition can declare (changed by another tool)."""
-    if len(table.metadata.partition_specs) != 1:
-        return None
-    spec = table.metadata.spec()
+    spec = table.metadata.spec()  # the current one: Iceberg keeps every old spec, undone evolutions too
     if not spec.fields:
         return "none"
     if len(spec.fields) != 1:

@@ -12,6 +12,12 @@ every source, so the data and the positions become visible in the same commit. K
     lakepub.counts          this batch's counts
     lakepub.totals          running totals of the counts over all publishes
     lakepub.ledger-snapshot the ledger snapshot committed together with this one
+    lakepub.partition-count the number of non-empty partitions of the published table after this
+                            publish (compaction copies it; absent in records of older versions)
+
+The checksums cover only the partitions a publish rewrote, and the janitor keeps a checksum record
+only for partitions present in the current data; the partition count is what still tells that a
+partition was removed outside lakepub after its last checksum record was expired.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Iterator
 
 from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Snapshot
 
 from lakepub import positions as pos
@@ -61,6 +68,7 @@ class PublishRecord:
     counts: Counts
     totals: Counts
     ledger_snapshot: int | None = None
+    partition_count: int | None = None  # non-empty partitions after this publish
     extra: dict[str, str] = field(default_factory=dict)
 
     def to_properties(self) -> dict[str, str]:
@@ -76,6 +84,8 @@ class PublishRecord:
         }
         if self.ledger_snapshot is not None:
             props["lakepub.ledger-snapshot"] = str(self.ledger_snapshot)
+        if self.partition_count is not None:
+            props["lakepub.partition-count"] = str(self.partition_count)
         props.update(self.extra)
         return props
 
@@ -84,6 +94,7 @@ class PublishRecord:
         if "lakepub.batch-id" not in props:
             return None
         ledger = props.get("lakepub.ledger-snapshot")
+        count = props.get("lakepub.partition-count")
         return cls(
             batch_id=props["lakepub.batch-id"],
             batch=json.loads(props.get("lakepub.batch", "{}")),
@@ -94,6 +105,7 @@ class PublishRecord:
             counts=Counts.from_json(props.get("lakepub.counts")),
             totals=Counts.from_json(props.get("lakepub.totals")),
             ledger_snapshot=int(ledger) if ledger else None,
+            partition_count=int(count) if count else None,
         )
 
 
@@ -103,26 +115,37 @@ def snapshot_record(snapshot: Snapshot | None) -> PublishRecord | None:
     return PublishRecord.from_properties(dict(snapshot.summary.additional_properties))
 
 
-def ancestry(table: Table) -> Iterator[Snapshot]:
-    """The current snapshot and its ancestors, newest first.
+def lineage(metadata: TableMetadata, snapshot_id: int | None) -> Iterator[Snapshot]:
+    """The snapshot and its ancestors still in the metadata, newest first: main's lineage when
+    ``snapshot_id`` is main's head.
 
-    Parent pointers are followed while the parent is retained; where the janitor expired it (or
-    expiry cleared the pointer), the walk goes on with the newest retained snapshot older than the gap, so expiry leaves gaps but
-    does not cut the walk short. Snapshots off the current lineage (left behind by a rollback)
-    are not ancestry and are not walked while the chain is intact.
+    Parent pointers are followed while the parent is retained. Where the janitor expired it (or
+    expiry cleared the pointer), the walk goes on with the newest retained snapshot older than the
+    oldest one reached so far, so expiry leaves gaps but does not cut the walk short. Snapshots
+    off the lineage (left behind by a rollback) lie between lineage members by sequence number
+    and are never walked: only what is older than the whole walk so far can continue it.
+    ``maintenance/expiry.py`` keeps checksum records by this same walk, so the records readers
+    find are the ones the janitor keeps.
     """
-    snapshots = table.metadata.snapshots
+    snapshots = metadata.snapshots
     by_id = {s.snapshot_id: s for s in snapshots}
-    snapshot = table.current_snapshot()
+    snapshot = by_id.get(snapshot_id) if snapshot_id is not None else None
     seen: set[int] = set()
+    oldest: int | None = None  # the lowest sequence number reached
     while snapshot is not None and snapshot.snapshot_id not in seen:
         seen.add(snapshot.snapshot_id)
+        oldest = snapshot.sequence_number if oldest is None else min(oldest, snapshot.sequence_number)
         yield snapshot
         parent = by_id.get(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
         if parent is None:  # expired (expiry may also clear the pointer): continue below the gap
-            older = [s for s in snapshots if s.sequence_number < snapshot.sequence_number]
+            older = [s for s in snapshots if s.sequence_number < oldest]
             parent = max(older, key=lambda s: s.sequence_number, default=None)
         snapshot = parent
+
+
+def ancestry(table: Table) -> Iterator[Snapshot]:
+    """The current snapshot and its ancestors, newest first (``lineage`` of the current snapshot)."""
+    return lineage(table.metadata, table.metadata.current_snapshot_id)
 
 
 def published_history(table: Table) -> Iterator[tuple[Snapshot, PublishRecord]]:
