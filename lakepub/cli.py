@@ -84,7 +84,7 @@ def publish(ctx: click.Context, dataset: str, events_path: Path, source: str | N
     click.echo(f"published {dataset} snapshot {result.snapshot_id} (batch {result.batch_id[:12]})")
     click.echo(f"  events {c.events}, new versions {c.new_versions}, duplicates {c.duplicates}, stale {c.stale}, "
                f"superseded {c.superseded}, "
-               f"deletes {c.deletes}, orders changed {c.orders_changed}")
+               f"deletes {c.deletes}, entities changed {c.entities_changed}")
     click.echo(f"  partitions rewritten: {', '.join(result.partitions) or 'none'}")
     click.echo(f"  position {result.source}: {output.vector(result.end)}")
 
@@ -127,9 +127,9 @@ def run(ctx: click.Context, dataset: str, landing: Path | None, max_batch: int, 
     if not result.batches:
         click.echo(f"nothing new in {result.landing}; {dataset} is at {output.vector(result.end)}")
         return
-    changed = sum(b.counts.orders_changed for b in result.batches)
+    changed = sum(b.counts.entities_changed for b in result.batches)
     dups = sum(b.counts.duplicates for b in result.batches)
-    click.echo(f"published {len(result.batches)} batch(es), {result.events} events ({changed} order changes, "
+    click.echo(f"published {len(result.batches)} batch(es), {result.events} events ({changed} entities changed, "
                f"{dups} duplicates ignored); {result.source} now at {output.vector(result.end)}")
 
 
@@ -178,7 +178,7 @@ def log(ctx: click.Context, dataset: str, limit: int | None, fmt: str) -> None:
         click.echo(output.to_json([e.as_dict() for e in entries]))
         return
     rows = [[e.snapshot_id, e.committed_at, e.batch_id[:12], e.source, output.vector(e.end), e.counts.events,
-             e.counts.orders_changed, ",".join(e.partitions) if len(e.partitions) <= 3 else f"{len(e.partitions)} partitions"]
+             e.counts.entities_changed, ",".join(e.partitions) if len(e.partitions) <= 3 else f"{len(e.partitions)} partitions"]
             for e in entries]
     click.echo(output.table(["snapshot", "committed", "batch", "source", "end", "events", "changed", "rewrote"], rows))
 

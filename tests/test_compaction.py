@@ -30,7 +30,7 @@ def test_compact_then_replay_everything_changes_nothing(ws: Workspace, cli):
     # Replay every event of the stream as a new range: nothing changes, not even the ledger.
     events = list(read_stream(landing))
     replay = ws.publish("orders_daily", events, source="replay", start={}, end={"r0": len(events)})
-    assert replay.counts.new_versions == 0 and replay.counts.orders_changed == 0 and replay.partitions == []
+    assert replay.counts.new_versions == 0 and replay.counts.entities_changed == 0 and replay.partitions == []
     assert summary_rows(ws) == before_rows
     assert ledger_count(ws) == stats.orders
 

@@ -220,7 +220,7 @@ def test_a_ledger_created_with_v1_keys_keeps_them(ws_path: Path, tmp_path: Path,
     before = summary_rows(old)
     events = list(read_stream(old.config.landing_dir("orders")))
     replay = old.publish("orders_daily", events, source="replay", start={}, end={"r0": len(events)})
-    assert replay.counts.new_versions == 0 and replay.counts.orders_changed == 0  # every order found
+    assert replay.counts.new_versions == 0 and replay.counts.entities_changed == 0  # every order found
     newer = [dict(e, version=e["version"] + 100) for e in events[:50]]
     moved = old.publish("orders_daily", newer, source="replay", start={"r0": len(events)},
                         end={"r0": len(events) + 50})

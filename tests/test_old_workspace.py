@@ -170,7 +170,7 @@ def test_replays_and_conflicts(old_ws: Path, tmp_path: Path):
     v1 = _first_version(p0, 0, COMPACTED_AT["p0"], superseded=True)
     r = publish(old_ws, write_events(tmp_path / "c2.jsonl", [{**v1, "cents": v1["cents"] + 1}]),
                 "replay", {"p0": 0}, {"p0": 1})
-    assert r.code == 0 and "stale 1" in r.out and "orders changed 0" in r.out, r.out + r.err
+    assert r.code == 0 and "stale 1" in r.out and "entities changed 0" in r.out, r.out + r.err
     assert rows(old_ws) == EXPECTED["oracle"]
     assert ok_json(old_ws, "verify", DATASET, "--deep")["ok"] is True
 

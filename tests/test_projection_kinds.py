@@ -9,7 +9,6 @@ from collections import Counter, defaultdict
 from datetime import date, timedelta
 from decimal import Decimal
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -22,8 +21,6 @@ from lakepub import identity
 from lakepub.errors import ConfigError, LakepubError
 from lakepub.projection import Entity, OverflowRefused, PartitionBy, kind_of, partition_checksum
 from lakepub.projection.current import CHANGE_SIGN
-from lakepub.publish.projection import _deltas, _Rows
-from lakepub.publish.rewrite import rewrite_partitions
 from lakepub.store.layout import day_partition_value, partition_label
 
 ARROW = {"string": pa.string(), "long": pa.int64(), "date": pa.date32(), "bool": pa.bool_(),
@@ -390,67 +387,6 @@ def test_checksum_strings_and_types_do_not_collide():
 
 ORDERS = Entity(pa.schema([("order_id", pa.string()), ("version", pa.int64()), ("day", pa.date32()),
                            ("cents", pa.int64()), ("deleted", pa.bool_())]), ("order_id",), "version", "deleted")
-
-
-@settings(max_examples=30, deadline=None)
-@given(st.integers(0, 2 ** 32 - 1))
-def test_legacy_orders_equal_rewrite_and_projection_deltas(seed):
-    rng = np.random.default_rng(seed)
-    kind = kind_of({"partition": "month"}, ORDERS, where="catalog/datasets/orders_daily.yaml", dataset="orders_daily")
-    explicit = kind_of({"projection": {"kind": "aggregate", "group_by": ["day"],
-                                       "measures": {"cents": "sum(cents)", "orders": "count()"}},
-                        "partition": "month(day)"}, ORDERS, where="w")
-    assert explicit.describe() == kind.describe()
-    days = [date(2024, 11, 1) + timedelta(days=int(d)) for d in rng.integers(0, 120, 40)]
-    live: dict[str, tuple] = {}
-    published: dict[date, tuple[int, int]] = {}
-    parts: dict[str, pa.Table] = {}
-    for _ in range(4):
-        ids = sorted({f"o{int(i)}" for i in rng.integers(0, 60, int(rng.integers(1, 40)))})
-        before, after_all = [], []
-        for oid in ids:
-            deleted = bool(rng.random() < 0.2)
-            new = (days[int(rng.integers(0, len(days)))], int(rng.integers(0, 10 ** 6)), deleted)
-            if oid in live:
-                before.append((oid, *live[oid]))
-            after_all.append((oid, *new))
-            if deleted:
-                live.pop(oid, None)
-            else:
-                live[oid] = (new[0], new[1])
-        before_t = pa.table({"order_id": [r[0] for r in before], "version": [1] * len(before),
-                             "day": pa.array([r[1] for r in before], pa.date32()), "cents": [r[2] for r in before],
-                             "deleted": [False] * len(before)}, schema=ORDERS.schema)
-        after_t = pa.table({"order_id": [r[0] for r in after_all], "version": [2] * len(after_all),
-                            "day": pa.array([r[1] for r in after_all], pa.date32()),
-                            "cents": [r[2] for r in after_all], "deleted": [r[3] for r in after_all]}, schema=ORDERS.schema)
-        # Today's code: per-day deltas, then the rewrite of the affected month partitions.
-        deltas = _deltas(_Rows.of(after_t), np.arange(after_t.num_rows), _Rows.of(before_t), np.arange(before_t.num_rows))
-        rewrite = rewrite_partitions(published, deltas, "month", "orders_daily")
-        # The kind: after holds only live states.
-        changes = kind.changes(before_t, after_t.filter(pc.invert(after_t.column("deleted"))))
-        assert {r["day"]: (r["cents"], r["orders"]) for r in changes.to_pylist()} == deltas
-        values = kind.partition.values(changes)
-        labels = sorted({kind.partition.label(v) for v in values.to_pylist()})
-        assert labels == rewrite.partitions
-        for v in set(values.to_pylist()):
-            label = kind.partition.label(v)
-            new = kind.apply(parts.get(label, kind.empty()), changes.filter(pc.equal(values, v)))
-            if label in rewrite.parts:
-                assert new.equals(rewrite.parts[label])
-            else:
-                assert new.num_rows == 0
-            assert partition_checksum(new)[:16] == rewrite.checksums[label]
-            parts[label] = new
-        for label, rows in rewrite.rows.items():
-            for day in [d for d in published if partition_label(d, "month") == label]:
-                published.pop(day)
-            published.update(rows)
-    states = pa.table({"order_id": list(live), "version": [2] * len(live),
-                       "day": pa.array([v[0] for v in live.values()], pa.date32()),
-                       "cents": [v[1] for v in live.values()], "deleted": [False] * len(live)}, schema=ORDERS.schema)
-    built = kind.build(states)
-    assert {r["day"]: (r["cents"], r["orders"]) for r in built.to_pylist()} == published
 
 
 def test_current_change_rows_carry_the_sign():

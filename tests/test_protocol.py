@@ -143,7 +143,7 @@ def test_snapshot_summary_records_the_protocol(published: Workspace):
     checksums = json.loads(props["lakepub.checksums"])
     assert checksums.keys() == {"2025-10"} and len(checksums["2025-10"]) == 16  # a 64-bit prefix
     counts = json.loads(props["lakepub.counts"])
-    assert counts["events"] == 1 and counts["orders_changed"] == 1
+    assert counts["events"] == 1 and counts["entities_changed"] == 1
     batch = json.loads(props["lakepub.batch"])
     assert batch["source"] == "returns" and batch["end"] == {"r0": 1} and len(batch["events_sha256"]) == 64
     assert result.snapshot_id in {s.snapshot_id for s in table.snapshots()}

@@ -80,9 +80,9 @@ def test_publish_accepts_an_arrow_table(ws: Workspace):
     from lakepub.errors import InvalidEvent
 
     table = pa.Table.from_pylist([{"order_id": "Z", "version": 1, "day": "2025-05-05", "cents": 9, "deleted": False}])
-    assert ws.publish("orders_daily", table, start={}, end={"p0": 1}).counts.orders_changed == 1
+    assert ws.publish("orders_daily", table, start={}, end={"p0": 1}).counts.entities_changed == 1
     typed = pa.Table.from_pylist([{"order_id": "Y", "version": 1, "day": date(2025, 5, 5), "cents": 1, "deleted": False}])
-    assert ws.publish("orders_daily", typed, start={"p0": 1}, end={"p0": 2}).counts.orders_changed == 1
+    assert ws.publish("orders_daily", typed, start={"p0": 1}, end={"p0": 2}).counts.entities_changed == 1
     bad = pa.Table.from_pylist([{"order_id": "X", "version": 0, "day": date(2025, 5, 5), "cents": 1, "deleted": False}])
     with pytest.raises(InvalidEvent, match="row 1: field 'version'"):
         ws.publish("orders_daily", bad, start={"p0": 2}, end={"p0": 3})

@@ -29,7 +29,7 @@ def test_seed_table_row_by_row(ws: Workspace):
     # B/v2 delete, then the late B/v1: the tombstone holds, B is never resurrected.
     ws.publish("orders_daily", [B2], start={"p0": 3}, end={"p0": 4})
     result = ws.publish("orders_daily", [B1], start={"p0": 4}, end={"p0": 5})
-    assert result.counts.stale == 1 and result.counts.orders_changed == 0
+    assert result.counts.stale == 1 and result.counts.entities_changed == 0
     assert summary_rows(ws) == EXPECTED
 
 

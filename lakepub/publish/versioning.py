@@ -185,7 +185,7 @@ def project(side: BatchSide, found: tuple[pa.Table, np.ndarray], key_version: st
         stale=stale + (n_unseen - new_versions),
         superseded=new_versions - changed - stale,
         deletes=int(np.count_nonzero(d_deleted[changed_rows])),
-        orders_changed=changed,
+        entities_changed=changed,
     )
     new_rows = distinct.take(pa.array(new_idx))
     new_rows = new_rows.append_column("k1", pa.array(k1[new_entity])).append_column("k2", pa.array(k2[new_entity]))

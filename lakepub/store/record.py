@@ -45,7 +45,7 @@ class Counts:
     stale: int = 0  # new versions below the version already published: ignored
     superseded: int = 0  # new versions overtaken by a higher version in the same batch
     deletes: int = 0
-    orders_changed: int = 0
+    entities_changed: int = 0  # recorded as orders_changed before any entity could be published
     partitions_rewritten: int = 0
 
     def __add__(self, other: "Counts") -> "Counts":
@@ -54,6 +54,7 @@ class Counts:
     @classmethod
     def from_json(cls, text: str | None) -> "Counts":
         raw = json.loads(text) if text else {}
+        raw.setdefault("entities_changed", raw.get("orders_changed", 0))
         return cls(**{f.name: int(raw.get(f.name, 0)) for f in fields(cls)})
 
 
