@@ -312,11 +312,13 @@ NESTED = "  of which: "  # label prefix of a phase nested inside another one (no
 # Cost centres of a publish, by the functions that own them: label -> [(file suffix, function)].
 # Alternatives cover the core's refactorings (e.g. Transaction.overwrite -> store.write.replace_partitions).
 PHASES: list[tuple[str, list[tuple[str, str]]]] = [
-    ("read + validate JSONL (pyarrow)", [("lakepub/events.py", "read_jsonl_events")]),
-    ("read + validate Parquet (pyarrow)", [("lakepub/events.py", "read_parquet_events")]),
+    ("read + validate JSONL (pyarrow)", [("lakepub/contract/validate.py", "read_jsonl_events"),
+                                         ("lakepub/events.py", "read_jsonl_events")]),
+    ("read + validate Parquet (pyarrow)", [("lakepub/contract/validate.py", "read_parquet_events"),
+                                           ("lakepub/events.py", "read_parquet_events")]),
     ("count landing records", [("lakepub/landing.py", "count_records")]),
     ("canonical sort + batch digest (identity)", [("lakepub/publish/publisher.py", "prepare")]),
-    ("load tables (catalog)", [("lakepub/store/layout.py", "load_tables")]),
+    ("load tables (catalog)", [("lakepub/publish/publisher.py", "load")]),
     ("position check (snapshot summary)", [("lakepub/publish/publisher.py", "_check_position")]),
     ("ledger lookup (key index, else DuckDB join)", [("lakepub/publish/lookup.py", "rows")]),
     ("versioned projection", [("lakepub/publish/versioning.py", "project")]),
