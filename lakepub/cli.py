@@ -69,10 +69,10 @@ def init(folder: Path, force: bool) -> None:
 @click.pass_context
 @handle_errors
 def publish(ctx: click.Context, dataset: str, events_path: Path, source: str | None, start: str, end: str, fmt: str) -> None:
-    """Publish one batch of events as a new snapshot of DATASET.
+    """Publish one batch of events as a new snapshot of DATASET (and of every dataset of its entity).
 
-    The start vector must equal the committed position of the source; a batch that is already
-    published exits 0 and says so."""
+    Events are validated against the dataset's contract. The start vector must equal the
+    committed position of the source; a batch that is already published exits 0 and says so."""
     result = _ws(ctx).publish(dataset, events_path, source=source, start=start, end=end)
     if fmt == "json":
         click.echo(output.to_json(result.as_dict()))
@@ -86,6 +86,9 @@ def publish(ctx: click.Context, dataset: str, events_path: Path, source: str | N
                f"superseded {c.superseded}, "
                f"deletes {c.deletes}, entities changed {c.entities_changed}")
     click.echo(f"  partitions rewritten: {', '.join(result.partitions) or 'none'}")
+    for other, partitions in sorted(result.datasets.items()):
+        if other != dataset:  # the entity's other datasets moved in the same commit
+            click.echo(f"  also {other}: {len(partitions)} partition(s) rewritten")
     click.echo(f"  position {result.source}: {output.vector(result.end)}")
 
 
@@ -99,7 +102,8 @@ def publish(ctx: click.Context, dataset: str, events_path: Path, source: str | N
 @click.pass_context
 @handle_errors
 def run(ctx: click.Context, dataset: str, landing: Path | None, max_batch: int, fmt: str) -> None:
-    """Publish everything in the landing folder past the committed position, batch by batch.
+    """Publish everything in the landing folder past the committed position, batch by batch, into
+    DATASET and every dataset of its entity (a dataset added since is first built from history).
 
     Safe to run again at any time: with nothing new it publishes nothing."""
     ws = _ws(ctx)
@@ -129,8 +133,9 @@ def run(ctx: click.Context, dataset: str, landing: Path | None, max_batch: int, 
         return
     changed = sum(b.counts.entities_changed for b in result.batches)
     dups = sum(b.counts.duplicates for b in result.batches)
+    moved = sorted({name for b in result.batches for name in b.datasets} or {dataset})
     click.echo(f"published {len(result.batches)} batch(es), {result.events} events ({changed} entities changed, "
-               f"{dups} duplicates ignored); {result.source} now at {output.vector(result.end)}")
+               f"{dups} duplicates ignored) into {', '.join(moved)}; {result.source} now at {output.vector(result.end)}")
 
 
 @main.command()
@@ -210,10 +215,11 @@ def verify(ctx: click.Context, dataset: str, deep: bool, fmt: str) -> None:
 @click.pass_context
 @handle_errors
 def compact(ctx: click.Context, dataset: str, dry_run: bool, fmt: str) -> None:
-    """Compact DATASET's ledger: one row per order with a durable version floor, in few files.
+    """Compact the ledger of DATASET's entity: one row per entity with a durable version floor, in
+    few files (every dataset of the entity names the compacted ledger).
 
-    Versions at or below an order's floor stay rejected after compaction, so replaying old events
-    changes nothing and tombstones keep holding. It also writes a complete key index of the
+    Versions at or below an entity's floor stay rejected after compaction (a replay with another
+    payload is still a conflict), so replaying old events changes nothing and tombstones keep holding. It also writes a complete key index of the
     compacted ledger (local warehouses, key_index: true), so a ledger that had none is indexed again."""
     from lakepub.maintenance.compact import compact_ledger
 
