@@ -53,12 +53,17 @@ class OverflowRefused(UserError):
     def __init__(self, dataset: str, partition: str, group: Mapping[str, Any], measure: str, total: object,
                  limit: str):
         self.dataset, self.partition, self.group, self.measure, self.total = dataset, partition, dict(group), measure, total
-        where = ", ".join(f"{k}={v!r}" for k, v in self.group.items()) or "(all rows)"
+        where = ", ".join(f"{k}={_show(v)}" for k, v in self.group.items()) or "(all rows)"
         super().__init__(
             f"sum overflow in dataset '{dataset}': measure '{measure}' of group {where} (partition {partition}) "
             f"would be {total}, beyond the {limit} range of the published column; nothing was published. "
             "Check the batch for wrong values (e.g. a unit mix-up) and publish it corrected"
         )
+
+
+def _show(value: Any) -> str:
+    """A group value in a message: dates and timestamps in ISO form, strings quoted."""
+    return value.isoformat() if hasattr(value, "isoformat") else repr(value)
 
 
 class Kind(ABC):

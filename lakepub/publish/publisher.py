@@ -152,8 +152,11 @@ class Publisher:
 
     def load(self) -> tuple[Table, dict[str, Table], dict[str, Latest]]:
         """The ledger, every published table and its newest record (each checked: ``guards``)."""
-        ledger = self.catalog.load_table(ledger_id(self.namespace, self.group.name))
+        # The published tables first: the ledger, loaded after them, holds every snapshot their
+        # records name (a concurrent publish commits both; loading in the other order could see
+        # a record whose ledger snapshot is newer than the ledger's metadata as loaded).
         tables = {name: self.catalog.load_table((self.namespace, name)) for name in self.writers}
+        ledger = self.catalog.load_table(ledger_id(self.namespace, self.group.name))
         latest = {name: latest_published(table) for name, table in tables.items()}
         for name, table in tables.items():
             self.writers[name].check_head(table, ledger, latest[name])

@@ -74,7 +74,7 @@ def main() -> None:
             res = pub.publish(events_t, source=spec.source, start=start, end=end)
             lp_s.append(time.perf_counter() - t0)
             assert res.status == "published"
-            flt = partitions_filter(res.partitions, spec.partition)
+            flt = partitions_filter(res.partitions, spec.partition.kind)  # month(day): a grain of day
             summary = ws.catalog.load_table(summary_id(ns, c.DATASET))
             rows = summary.scan(row_filter=flt).to_arrow().cast(SUMMARY_ARROW)
             ledger = ws.catalog.load_table(ledger_id(ns, c.DATASET))
