@@ -36,6 +36,7 @@ from sqlalchemy.engine import make_url
 
 from lakepub.contract.model import Contract, load_contracts
 from lakepub.errors import ConfigError, UnknownDataset
+from lakepub.store.audit import AUDIT_TABLE
 from lakepub.projection.base import Entity, Kind, kind_of
 from lakepub.projection.partitioning import PartitionBy
 from lakepub.positions import NAME_RULE, valid_name
@@ -193,6 +194,9 @@ def load_datasets(catalog_dir: Path) -> dict[str, DatasetSpec]:
             raise ConfigError(f"{path}: contract '{raw.contract}' not found in {catalog_dir / 'contracts'}")
         if not raw.name.isidentifier():
             raise ConfigError(f"{path}: dataset name '{raw.name}' must be a SQL identifier (letters, digits, _)")
+        if raw.name.endswith("__ledger") or raw.name == AUDIT_TABLE:
+            raise ConfigError(f"{path}: 'name': '{raw.name}' is the name of one of lakepub's own tables "
+                              "(entity ledgers end in __ledger; the audit table); choose another name")
         if not valid_name(raw.source):  # it names the landing folder landing/<source>/
             raise ConfigError(f"{path}: source name '{raw.source}' is not valid: use {NAME_RULE}")
         entity = raw.entity or raw.name

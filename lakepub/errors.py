@@ -88,13 +88,15 @@ class BlockedError(LakepubError):
 
 
 class PayloadConflict(BlockedError):
-    """The same (order_id, version) arrived with a different payload."""
+    """The same (key, version) arrived with a different payload."""
 
-    def __init__(self, order_id: str, version: int, detail: str = ""):
-        self.order_id, self.version = order_id, version
+    def __init__(self, key: str, version: int, detail: str = "", key_name: str = "order_id"):
+        self.order_id = self.key = key
+        self.version = version
         suffix = f" ({detail})" if detail else ""
+        shown = f"{key_name}={key!r}" if key_name else f"key ({key})"
         super().__init__(
-            f"payload conflict: order_id={order_id!r} version={version} already has a different payload{suffix}; "
+            f"payload conflict: {shown} version={version} already has a different payload{suffix}; "
             "nothing was published"
         )
 

@@ -47,6 +47,10 @@ class DatasetStatus:
     rows: int = 0
     partitions: int = 0
     measures: dict[str, object] = field(default_factory=dict)  # an aggregate's totals per measure
+    # The original orders_daily's figures under their names of before (that dataset only).
+    days: int | None = None
+    live_orders: int | None = None
+    cents: int | None = None
     totals: Counts = field(default_factory=Counts)
     conflicts: int = 0
     stale_refused: int = 0
@@ -127,6 +131,7 @@ def status(ws: Workspace, dataset: str, *, landing: str | None = None) -> Datase
         rows=int(n_rows),
         partitions=n_partitions,
         measures={m: _plain(t) for m, t in zip(measures, totals)},
+        **_orders_compat(spec, int(n_rows), dict(zip(measures, totals))),
         totals=record.totals if record else Counts(),
         landing=_landing(ws, dataset, positions.get(spec.source, {}), landing),
         note=(f"current {describe(foreign)}; positions and totals are those of lakepub's last publish "
@@ -215,6 +220,16 @@ def _multiset(table: pa.Table) -> dict[tuple, int]:
     return out
 
 
+def _orders_compat(spec, rows: int, totals: dict[str, object]) -> dict[str, object]:
+    """``days``, ``live_orders`` and ``cents`` for the original orders projection (scripts read them)."""
+    if spec.kind.describe() != {**LEGACY_DESCRIBE, "partition": spec.kind.describe().get("partition")}:
+        return {}
+    return {"days": rows, "live_orders": int(totals.get("orders") or 0), "cents": int(totals.get("cents") or 0)}
+
+
+LEGACY_DESCRIBE = {"kind": "aggregate", "group_by": ["day"], "measures": {"cents": "sum(cents)", "orders": "count()"}}
+
+
 def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -277,7 +292,7 @@ def _refused_counts(ws: Workspace, dataset: str) -> dict[str, int]:
     try:
         conflicts, stale = con.execute(
             f"SELECT count(*) FILTER (WHERE outcome = 'conflict'), count(*) FILTER (WHERE outcome = 'stale-start') "
-            f"FROM {_scan(table)} WHERE dataset = ?", [dataset]
+            f"FROM {_scan(table)} WHERE dataset = ?", [ws.config.group(dataset).name]
         ).fetchone()
     finally:
         con.close()

@@ -33,7 +33,7 @@ from lakepub.positions import Vector
 from lakepub.publish.publisher import PreparedBatch, Publisher, PublishResult, prepare
 from lakepub.store.catalog import open_catalog
 from lakepub.store.integrity import check_scannable
-from lakepub.store.layout import summary_id
+from lakepub.store.layout import ledger_id, summary_id
 from lakepub.store.record import latest_record
 
 if TYPE_CHECKING:
@@ -175,12 +175,21 @@ class Workspace:
     def committed_positions(self, dataset: str) -> dict[str, Vector]:
         """The positions of ``dataset``'s entity (its datasets are published together; one added
         later is built at theirs)."""
-        for spec in self.config.group(dataset).datasets:
-            table = self._summary_table(spec.name)
-            record = latest_record(table) if table is not None else None
-            if record is not None:
-                return record.positions
-        return {}
+        group = self.config.group(dataset)
+        records = [r for spec in group.datasets
+                   if (t := self._summary_table(spec.name)) is not None and (r := latest_record(t)) is not None]
+        if not records:
+            return {}
+        if len(records) == 1:
+            return records[0].positions
+        # A dataset left out of the catalog for a while lags behind: the newest record counts.
+        ledger = self.catalog.load_table(ledger_id(self.config.namespace, group.name))
+
+        def age(record) -> int:
+            snapshot = ledger.snapshot_by_id(record.ledger_snapshot) if record.ledger_snapshot is not None else None
+            return snapshot.sequence_number if snapshot is not None else -1
+
+        return max(records, key=age).positions
 
     def published_tables(self) -> dict[str, str]:
         """{dataset: metadata location} of every dataset that has been published."""

@@ -207,3 +207,71 @@ def published_pointers_of(ws_path: Path) -> tuple:
         except Exception:  # noqa: BLE001 - not created yet
             out.append(None)
     return tuple(out)
+
+
+def test_an_unpartitioned_dataset_survives_the_janitor(ws_path: Path, cli):
+    landing = _setup(ws_path, BY_PLAN)
+    _land(landing, "00000.jsonl", STREAM_1)
+    assert cli("run", "customers_by_plan").code == 0
+    before = _query(cli, "SELECT * FROM customers_by_plan ORDER BY plan")
+    res = cli("janitor", "--older-than", "0s", "--retain-last", "1", "--format", "json")
+    assert res.code == 0, res.err
+    assert "lakepub.customers__ledger" in {t["table"] for t in res.json()["tables"]}  # the entity's ledger, once
+    assert _query(cli, "SELECT * FROM customers_by_plan ORDER BY plan") == before
+    assert cli("verify", "customers_by_plan", "--deep").code == 0
+
+
+def test_a_changed_contract_or_entity_of_published_data_is_refused(ws_path: Path, cli):
+    landing = _setup(ws_path, MRR, CURRENT)
+    _land(landing, "00000.jsonl", STREAM_1)
+    assert cli("run", "customers_mrr").code == 0
+    before = published_pointers_of(ws_path)
+    _land(landing, "00001.jsonl", [_event("c2", 2, "DE", "basic", 250)])
+    contract = ws_path / "catalog" / "contracts" / "customers@v1.0.yaml"
+    for edited, key in ((CONTRACT.replace("key: [customer_id]", "key: [customer_id, plan]"), "entity.key"),
+                        (CONTRACT + "  email: {type: string, nullable: true}\n", "fields.email")):
+        contract.write_text(edited)
+        res = cli("run", "customers_mrr")
+        assert res.code == 2 and "customers@v1.0.yaml" in res.err and f"'{key}'" in res.err, res.err
+        assert published_pointers_of(ws_path) == before
+    contract.write_text(CONTRACT)
+    path = ws_path / "catalog" / "datasets" / "customers_current.yaml"
+    path.write_text(yaml.safe_dump({**CURRENT, "entity": "cust2"}))
+    res = cli("run", "customers_current")
+    assert res.code == 2 and "'entity'" in res.err and "cust2" in res.err, res.err
+    assert published_pointers_of(ws_path) == before
+
+
+def test_a_dataset_left_out_while_its_siblings_published_is_rebuilt(ws_path: Path, cli):
+    landing = _setup(ws_path, MRR, CURRENT)
+    _land(landing, "00000.jsonl", STREAM_1)
+    assert cli("run", "customers_mrr").code == 0
+    current = ws_path / "catalog" / "datasets" / "customers_current.yaml"
+    current.rename(ws_path / "customers_current.yaml.off")
+    _land(landing, "00001.jsonl", STREAM_2)
+    assert cli("run", "customers_mrr").code == 0
+    (ws_path / "customers_current.yaml.off").rename(current)
+    more = [_event("c8", 1, "US", "pro", 5)]
+    _land(landing, "00002.jsonl", more)
+    assert cli("run", "customers_mrr").code == 0
+    events = STREAM_1 + STREAM_2 + more
+    assert _published_current(cli) == {k: (e["country"], e["plan"], e["mrr_cents"]) for k, e in _live(events).items()}
+    assert _published_mrr(cli) == _oracle_mrr(events)
+    assert cli("verify", "customers_current", "--deep").code == 0
+
+
+def test_conflicts_name_the_key_field_and_count_for_every_dataset_of_the_entity(ws_path: Path, cli):
+    landing = _setup(ws_path, MRR, CURRENT)
+    _land(landing, "00000.jsonl", STREAM_1)
+    assert cli("run", "customers_mrr").code == 0
+    _land(landing, "00001.jsonl", [_event("c1", 1, "FR", "pro", 999)])
+    res = cli("run", "customers_current")
+    assert res.code == 3 and "customer_id='c1'" in res.err, res.err
+    for name in ("customers_mrr", "customers_current"):
+        assert cli("status", name, "--format", "json").json()[0]["conflicts"] == 1
+
+
+def test_a_dataset_named_like_a_ledger_is_refused(ws_path: Path, cli):
+    _setup(ws_path, {**MRR, "name": "orders_daily__ledger"})
+    res = cli("status")
+    assert res.code == 2 and "orders_daily__ledger" in res.err and "'name'" in res.err, res.err

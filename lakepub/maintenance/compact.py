@@ -108,7 +108,7 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
     publisher.catch_up()  # every dataset of the entity names the compacted ledger, so each must exist
     for attempt in range(1, max_attempts + 1):
         ledger, tables, latest = publisher.load()
-        checkpoint = publisher.checkpoint(latest)
+        checkpoint = publisher.checkpoint(ledger, latest)
         record = checkpoint[1] if checkpoint else None
         base = record.ledger_snapshot if record else None
         if record is None or base is None:

@@ -73,6 +73,7 @@ class Target:
     ident: tuple[str, str]
     role: str
     dataset: str | None = None
+    datasets: tuple[str, ...] = ()  # a ledger: every dataset of its entity (their records pin it)
 
     @property
     def name(self) -> str:
@@ -143,13 +144,19 @@ class _Prepared:
 
 
 def targets(ws: Workspace, datasets: Sequence[str] = ()) -> list[Target]:
-    """The tables to clean: both tables of the named datasets (all, plus the audit table, if none)."""
+    """The tables to clean: the published tables of the named datasets and their entities' ledgers,
+    each ledger once (all, plus the audit table, if none are named)."""
     ns = ws.config.namespace
     names = list(dict.fromkeys(datasets)) or sorted(ws.config.datasets)
     out: list[Target] = []
+    ledgers: set[str] = set()
     for name in names:
         ws.dataset(name)  # UnknownDataset (exit 2) for a typo
-        out += [Target(summary_id(ns, name), "published", name), Target(ledger_id(ns, name), "ledger", name)]
+        out.append(Target(summary_id(ns, name), "published", name))
+        group = ws.config.group(name)
+        if group.name not in ledgers:
+            ledgers.add(group.name)
+            out.append(Target(ledger_id(ns, group.name), "ledger", name, group.dataset_names))
     if not datasets:
         out.append(Target((ns, AUDIT_TABLE), "audit"))
     return out
@@ -262,18 +269,21 @@ def expire(catalog: Catalog, target: Target, table: Table, reach: Reachability, 
 
 
 def ledger_pins(catalog: Catalog, target: Target, retain_last: int) -> dict[int, str]:
-    """Ledger snapshots recorded (``lakepub.ledger-snapshot``) by the published table's current
-    snapshot and the rest of its newest ``retain_last`` on main: they must outlive expiry."""
+    """Ledger snapshots recorded (``lakepub.ledger-snapshot``) by the current snapshot and the rest
+    of the newest ``retain_last`` on main of every published table of the ledger's entity: they
+    must outlive expiry."""
     assert target.dataset is not None
-    try:
-        summary = catalog.load_table(summary_id(target.ident[0], target.dataset))
-    except NoSuchTableError:
-        return {}
     pins: dict[int, str] = {}
-    for snapshot in ancestry(summary.metadata, summary.metadata.current_snapshot_id)[:retain_last]:
-        record = snapshot_record(snapshot)
-        if record is not None and record.ledger_snapshot is not None:
-            pins.setdefault(record.ledger_snapshot, f"recorded by published snapshot {snapshot.snapshot_id}")
+    for dataset in target.datasets or (target.dataset,):
+        try:
+            summary = catalog.load_table(summary_id(target.ident[0], dataset))
+        except NoSuchTableError:
+            continue
+        for snapshot in ancestry(summary.metadata, summary.metadata.current_snapshot_id)[:retain_last]:
+            record = snapshot_record(snapshot)
+            if record is not None and record.ledger_snapshot is not None:
+                pins.setdefault(record.ledger_snapshot,
+                                f"recorded by published snapshot {snapshot.snapshot_id} of {dataset}")
     return pins
 
 

@@ -95,6 +95,15 @@ class DatasetWriter:
         checksums = {partition.label(v): partition_checksum(r)[:RECORDED_CHECKSUM_HEX] for v, r in rows.items()}
         return Rewrite(values, rows, checksums, sorted(checksums))
 
+    def rebuild(self, table: Table, states: pa.Table) -> Rewrite:
+        """The whole table from the live states of every entity: every current partition replaced."""
+        partition = self.spec.partition
+        by_value = split(self.spec.kind.build(states), partition)
+        values = frozenset(self.state(table).rows) | frozenset(by_value)
+        rows = {v: by_value.get(v, self.schema.empty_table()) for v in values}
+        checksums = {partition.label(v): partition_checksum(r)[:RECORDED_CHECKSUM_HEX] for v, r in rows.items()}
+        return Rewrite(values, rows, checksums, sorted(checksums))
+
     def stage(self, table: Table, rewrite: Rewrite, record: PublishRecord) -> tuple[Transaction, list[DataFile]]:
         """A transaction replacing the rewritten partitions, its snapshot carrying ``record``."""
         tx = transaction(table)

@@ -18,6 +18,8 @@ instead of writing a second layout beside the first (which read every day twice)
 
 from __future__ import annotations
 
+import json
+
 from collections import defaultdict
 from datetime import datetime, timezone
 from typing import Iterable, Mapping
@@ -34,12 +36,40 @@ from lakepub.identity import checksum_matches
 from lakepub.projection.checksum import partition_checksum
 from lakepub.projection.partitioning import PartitionBy
 from lakepub.publish.published_state import split
-from lakepub.store.layout import ledger_iceberg
-from lakepub.store.published import partition_of, published_schema, recorded_definition
+from lakepub.contract.model import Contract
+from lakepub.contract.orders import ORDERS_CONTRACT
+from lakepub.store.layout import CONTRACT_SHAPE_PROPERTY, contract_shape, ledger_iceberg
+from lakepub.store.published import definition_of, partition_of, published_schema, recorded_definition
 from lakepub.store.record import PublishRecord, foreign_head, recorded_checksums
 
 _ADVICE = ("nothing was published; set it back, or publish the new definition as a new dataset "
            "(a definition change applies to a rebuild, not to published partitions)")
+
+
+def check_contract(contract: Contract, ledger: Table) -> None:
+    """The ledger was written for this contract's shape (roles and field types); a contract
+    edited under published data is refused (exit 2), naming the contract file and the key."""
+    text = ledger.metadata.properties.get(CONTRACT_SHAPE_PROPERTY)
+    if text is None:
+        if contract.is_orders_v1 or not ledger.metadata.current_snapshot_id:
+            return  # ledgers from before the property are orders ledgers
+        text = ORDERS_SHAPE
+    recorded, current = json.loads(text), json.loads(contract_shape(contract))
+    advice = ("nothing was published; a published entity's contract cannot change its roles or fields yet: "
+              "declare the new version as another contract with its own entity (evolution arrives with "
+              "the contracts issue), or set it back")
+    where = contract.path or contract.schema_ref
+    for role in ("key", "version", "deleted"):
+        if recorded.get(role) != current.get(role):
+            raise DefinitionChanged(where, f"entity.{role}", recorded.get(role), current.get(role), advice)
+    old, new = recorded.get("fields", {}), current.get("fields", {})
+    for name in list(old) + [n for n in new if n not in old]:
+        if old.get(name) != new.get(name):
+            key = f"fields.{name}" + (".type" if name in old and name in new else "")
+            raise DefinitionChanged(where, key, old.get(name, "(absent)"), new.get(name, "(absent)"), advice)
+
+
+ORDERS_SHAPE = contract_shape(ORDERS_CONTRACT)
 
 
 def check_definition(spec: DatasetSpec, table: Table) -> None:
@@ -53,10 +83,10 @@ def check_definition(spec: DatasetSpec, table: Table) -> None:
         raise DefinitionChanged(spec.path or spec.name, "partition", published, str(spec.partition), _ADVICE)
     recorded = recorded_definition(table)
     if recorded is not None:
-        current = spec.kind.describe()
+        current = definition_of(spec)
         for key in sorted(set(recorded) | set(current)):
             if recorded.get(key) != current.get(key):
-                where = "partition" if key == "partition" else f"projection.{key}"
+                where = key if key in ("partition", "entity") else f"projection.{key}"
                 raise DefinitionChanged(spec.path or spec.name, where, recorded.get(key), current.get(key), _ADVICE)
         return
     columns = [f.name for f in spec.kind.output_schema()]

@@ -47,6 +47,7 @@ from lakepub.faults import fault_point
 from lakepub.identity import BatchIdentity, canonical, events_digest, fingerprint
 from lakepub.positions import Vector
 from lakepub.publish.datasets import DatasetWriter, Rewrite
+from lakepub.publish.guards import check_contract
 from lakepub.publish.lookup import LedgerLookup
 from lakepub.publish.rebase import ledger_files_added_since, touches_entities
 from lakepub.publish.states import live_states
@@ -132,8 +133,10 @@ class Publisher:
         if self.ordered and len(group.datasets) > 1:
             raise ConfigError(f"{group.datasets[1].path}: datasets {', '.join(group.dataset_names)} share the entity "
                               f"'{group.name}', which needs the atomic commit of a SQL catalog (SQLite or PostgreSQL) "
-                              "so that they never disagree; give each its own entity, or use a SQL catalog")
+                              "so that they never disagree: set commit: atomic (or auto) with a SQL catalog, or give "
+                              "each dataset its own entity")
         ledger = ensure_ledger(catalog, namespace, group.name, group.contract)
+        check_contract(group.contract, ledger)  # the ledger's entity is still the contract's
         self.writers = {spec.name: DatasetWriter(spec) for spec in group.datasets}
         for spec in group.datasets:  # created if new; a definition that changed under it is refused
             self.writers[spec.name].check_definition(ensure_published(catalog, namespace, spec))
@@ -162,35 +165,54 @@ class Publisher:
             self.writers[name].check_head(table, ledger, latest[name])
         return ledger, tables, latest
 
-    def checkpoint(self, latest: dict[str, Latest]) -> tuple[str, PublishRecord] | None:
-        """The entity's checkpoint: the record its datasets agree on (None before any publish)."""
+    def checkpoint(self, ledger: Table, latest: dict[str, Latest]) -> tuple[str, PublishRecord] | None:
+        """The entity's checkpoint: the newest record of its datasets (None before any publish).
+        Datasets whose record lags behind it (``stale_members``) are rebuilt before publishing."""
         recorded = [(name, found[1]) for name, found in latest.items() if found is not None]
         if not recorded:
             return None
-        lead, record = recorded[0]
-        for name, other in recorded[1:]:
-            if other.positions != record.positions or other.ledger_snapshot != record.ledger_snapshot:
-                raise ForeignChange(
-                    f"datasets '{lead}' and '{name}' of entity '{self.group.name}' record different positions "
-                    f"({positions.dumps(record.positions)} vs {positions.dumps(other.positions)}); they are only ever "
-                    "committed together, so one was changed outside lakepub; nothing was published")
-        return lead, record
+        return max(recorded, key=lambda item: _ledger_age(ledger, item[1]))
+
+    def stale_members(self, ledger: Table, latest: dict[str, Latest]) -> list[str]:
+        """Datasets to build from the ledger: never published, or left behind (removed from the
+        catalog while their siblings published, then restored). A member at the checkpoint's
+        ledger snapshot with other positions was changed outside lakepub: refused."""
+        checkpoint = self.checkpoint(ledger, latest)
+        if checkpoint is None:
+            return []
+        lead, record = checkpoint
+        out = []
+        for name, found in latest.items():
+            if found is None:
+                out.append(name)
+                continue
+            other = found[1]
+            if other.positions == record.positions and other.ledger_snapshot == record.ledger_snapshot:
+                continue
+            if _ledger_age(ledger, other) < _ledger_age(ledger, record):
+                out.append(name)
+                continue
+            raise ForeignChange(
+                f"datasets '{lead}' and '{name}' of entity '{self.group.name}' record different positions "
+                f"({positions.dumps(record.positions)} vs {positions.dumps(other.positions)}) at the same ledger "
+                "snapshot; they are only ever committed together, so one was changed outside lakepub; nothing "
+                "was published")
+        return out
 
     # --- building a new dataset -----------------------------------------------------------------
 
     def catch_up(self) -> list[str]:
-        """Build every dataset of the entity that has no publish yet while its siblings have
-        history, from the ledger at their checkpoint; returns the datasets built."""
+        """Build every dataset of the entity that has no publish yet (or lags behind) while its
+        siblings have history, from the ledger at their checkpoint; returns the datasets built."""
         built: list[str] = []
         for attempt in range(1, self.max_attempts + 1):
             ledger, tables, latest = self.load()
-            checkpoint = self.checkpoint(latest)
-            missing = [name for name, found in latest.items() if found is None]
-            if checkpoint is None or not missing:
+            stale = self.stale_members(ledger, latest)
+            if not stale:
                 return built
             try:
-                self._build(ledger, tables, checkpoint, missing[0])
-                built.append(missing[0])
+                self._build(ledger, tables, self.checkpoint(ledger, latest), stale[0])
+                built.append(stale[0])
             except CommitConflict:
                 self.rebases += 1
                 time.sleep(self._backoff(attempt))
@@ -201,9 +223,7 @@ class Publisher:
         lead, record = checkpoint
         writer = self.writers[name]
         states = live_states(self.con, ledger, record.ledger_snapshot, self.contract)
-        # The build is the change from nothing to every live state.
-        change = Change(new_ledger_rows=states.slice(0, 0), before=states.slice(0, 0), after=states, counts=Counts())
-        rewrite = writer.rewrite(tables[name], change)
+        rewrite = writer.rebuild(tables[name], states)  # every partition replaced
         built = PublishRecord(
             batch_id=fingerprint("lakepub-build-v1", name, str(record.ledger_snapshot), record.batch_id),
             batch={"kind": "build", "source": "(build)", "from": lead},
@@ -249,7 +269,10 @@ class Publisher:
         base_ledger: int | None = None
         for attempt in range(1, self.max_attempts + 1):
             ledger, tables, latest = self.load()
-            checkpoint = self.checkpoint(latest)
+            if self.stale_members(ledger, latest):  # a member left behind meanwhile: build it first
+                self.catch_up()
+                continue
+            checkpoint = self.checkpoint(ledger, latest)
             previous = checkpoint[1] if checkpoint else None
             done = self._check_position(tables[dataset], previous, identity, attempt, dataset)
             if done is not None:
@@ -397,6 +420,15 @@ class Publisher:
             audit.record(self.catalog, self.namespace, entry)
         except Exception as err:  # the refusal itself must reach the user even if the audit write fails
             warnings.warn(f"could not record the refused batch in the audit table: {err}", stacklevel=2)
+
+
+def _ledger_age(ledger: Table, record: PublishRecord) -> int:
+    """How far the ledger had got when ``record`` was committed (its ledger snapshot's sequence
+    number; 0 before the first, -1 if that snapshot was expired since)."""
+    if record.ledger_snapshot is None:
+        return 0
+    snapshot = ledger.snapshot_by_id(record.ledger_snapshot)
+    return snapshot.sequence_number if snapshot is not None else -1
 
 
 def _stage_ledger(ledger: Table, base: int | None, data_file: list[Future[DataFile]], batch_id: str,

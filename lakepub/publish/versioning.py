@@ -130,7 +130,7 @@ def project(side: BatchSide, found: tuple[pa.Table, np.ndarray], key_version: st
     ledger's ``key_version`` (``layout.order_keys_version``)."""
     shape = side.shape
     if side.conflict is not None:
-        raise PayloadConflict(side.conflict[0], side.conflict[1], "two payloads in this batch")
+        raise PayloadConflict(side.conflict[0], side.conflict[1], "two payloads in this batch", _key_name(shape))
     distinct, d_entity, d_version = side.distinct, side.d_entity, side.version
     k1, k2 = side.keys_for(key_version)
     prev, p_entity = found[0].combine_chunks(), found[1]
@@ -145,7 +145,7 @@ def project(side: BatchSide, found: tuple[pa.Table, np.ndarray], key_version: st
         if bad.any():
             i = int(d_pos[np.flatnonzero(bad)[0]])
             raise PayloadConflict(_render_key(distinct, shape, i), int(d_version[i]),
-                                  "already published with another payload")
+                                  "already published with another payload", _key_name(shape))
         seen[d_pos] = True
 
     # Per entity: the state before (its highest ledger version) and its compaction floor.
@@ -249,6 +249,12 @@ def _deleted(table: pa.Table, shape: Shape) -> np.ndarray:
 
 def _int64(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.asarray(pc.fill_null(column, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _key_name(shape: Shape) -> str:
+    """How a message names the key: its field (``customer_id=...``), or "" for a composite key
+    (whose rendering names every field)."""
+    return shape.key[0] if len(shape.key) == 1 else ""
 
 
 def _render_key(table: pa.Table, shape: Shape, row: int) -> str:

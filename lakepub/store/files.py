@@ -80,7 +80,10 @@ class FileWriter:
 
     def _write_one(self, n: int, partition: Record | None, rows: pa.Table) -> DataFile:
         rows = rows.select(self.arrow_schema.names).cast(self.arrow_schema)
-        key = _PartitionPath(self.spec.partition_to_path(partition, self.schema)) if partition is not None else None
+        # No partition path for an unpartitioned table (an empty one would make ``data//file``, a
+        # location the janitor's listing spells ``data/file``: the live file would look orphaned).
+        partitioned = partition is not None and bool(self.spec.fields)
+        key = _PartitionPath(self.spec.partition_to_path(partition, self.schema)) if partitioned else None
         path = self._locations.new_data_location(f"00000-{n}-{self._uuid}.parquet", cast(Any, key))
         output = self.io.new_output(path)
         with output.create(overwrite=True) as stream:

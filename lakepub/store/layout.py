@@ -14,6 +14,8 @@ Both tables move together in one atomic catalog commit (see ``lakepub.store.comm
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass
 from datetime import date
 
@@ -115,7 +117,19 @@ def ensure_ledger(catalog: Catalog, namespace: str, entity: str, contract: Contr
     ledger_sort = SortOrder(*(SortField(source_id=schema.find_field(name).field_id, transform=IdentityTransform())
                               for name in contract.entity.key))
     return _create_or_load(catalog, ledger_id(namespace, entity), schema, PartitionSpec(), ledger_sort,
-                           {ORDER_KEYS_PROPERTY: ORDER_KEYS_VERSION})
+                           {ORDER_KEYS_PROPERTY: ORDER_KEYS_VERSION, CONTRACT_SHAPE_PROPERTY: contract_shape(contract)})
+
+
+CONTRACT_SHAPE_PROPERTY = "lakepub.contract-shape"  # what the ledger's rows mean: roles and field types
+
+
+def contract_shape(contract: Contract) -> str:
+    """The contract's roles and field types as the ledger stores them (JSON), recorded on the
+    ledger when it is created: keys are hashed from the key fields and states compared field by
+    field, so a contract whose shape changed cannot read the ledger it wrote."""
+    e = contract.entity
+    return json.dumps({"key": list(e.key), "version": e.version, "deleted": e.deleted,
+                       "fields": {f.name: f.type.name for f in contract.fields}}, sort_keys=True)
 
 
 def has_order_keys(ledger: Table) -> bool:

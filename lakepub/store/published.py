@@ -42,11 +42,16 @@ def ensure_published(catalog: Catalog, namespace: str, spec: DatasetSpec) -> Tab
     # One small file per partition: stats serve only the partition column (for other tools'
     # filtered overwrites, which need them to tell whole-file matches from partial ones).
     props = {**TABLE_PROPERTIES, "write.metadata.metrics.default": "none",
-             DEFINITION_PROPERTY: json.dumps(spec.kind.describe(), sort_keys=True)}
+             DEFINITION_PROPERTY: json.dumps(definition_of(spec), sort_keys=True)}
     for column in spec.partition.columns:
         props[f"write.metadata.metrics.column.{column}"] = "full"
     return create_or_load(catalog, (namespace, spec.name), lambda: catalog.create_table(
         (namespace, spec.name), schema=schema, partition_spec=partitioning, properties=props))
+
+
+def definition_of(spec: DatasetSpec) -> dict[str, Any]:
+    """What the dataset means: its kind's ``describe()`` and the entity it publishes."""
+    return {**spec.kind.describe(), "entity": spec.entity}
 
 
 def recorded_definition(table: Table) -> dict[str, Any] | None:
