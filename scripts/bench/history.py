@@ -258,7 +258,15 @@ def main() -> None:
 def _arrow_api_cost(r: c.Report, batch_size: int, seed: int) -> None:
     """What ``Workspace.publish(pa.Table)`` adds before publishing: its conversion of the table."""
     from lakepub.events import read_parquet_events
-    from lakepub.workspace import _events_table
+    from lakepub.workspace import _events_table as _to_table
+
+    try:  # since contracts: validated against the dataset's contract
+        from lakepub.contract.orders import ORDERS_CONTRACT
+
+        def _events_table(t):
+            return _to_table(t, ORDERS_CONTRACT)
+    except ImportError:  # before contracts
+        _events_table = _to_table
 
     hist = History(1_000_000)
     table = hist.batch(batch_size, np.random.default_rng(seed))
