@@ -310,21 +310,23 @@ def median(values: list[float]) -> float:
 NESTED = "  of which: "  # label prefix of a phase nested inside another one (not summed)
 
 # Cost centres of a publish, by the functions that own them: label -> [(file suffix, function)].
-# Alternatives cover the core's refactorings (e.g. Transaction.overwrite -> store.write.replace_partitions).
+# Alternatives cover the core's refactorings (e.g. Transaction.overwrite -> store.write.replace_partitions; the
+# generic path: publish/versioning.project, publish/datasets.DatasetWriter.rewrite, Publisher.load).
 PHASES: list[tuple[str, list[tuple[str, str]]]] = [
-    ("read + validate JSONL (pyarrow)", [("lakepub/contract/validate.py", "read_jsonl_events"),
-                                         ("lakepub/events.py", "read_jsonl_events")]),
-    ("read + validate Parquet (pyarrow)", [("lakepub/contract/validate.py", "read_parquet_events"),
-                                           ("lakepub/events.py", "read_parquet_events")]),
+    ("read + validate JSONL (pyarrow)", [("lakepub/events.py", "read_jsonl_events")]),
+    ("read + validate Parquet (pyarrow)", [("lakepub/events.py", "read_parquet_events")]),
     ("count landing records", [("lakepub/landing.py", "count_records")]),
     ("canonical sort + batch digest (identity)", [("lakepub/publish/publisher.py", "prepare")]),
-    ("load tables (catalog)", [("lakepub/publish/publisher.py", "load")]),
+    ("load tables (catalog)", [("lakepub/store/layout.py", "load_tables"),
+                               ("lakepub/publish/publisher.py", "load")]),
     ("position check (snapshot summary)", [("lakepub/publish/publisher.py", "_check_position")]),
     ("ledger lookup (key index, else DuckDB join)", [("lakepub/publish/lookup.py", "rows")]),
-    ("versioned projection", [("lakepub/publish/versioning.py", "project")]),
+    ("projection (numpy)", [("lakepub/publish/projection.py", "project"),
+                            ("lakepub/publish/versioning.py", "project")]),
     ("key index run + merges", [("lakepub/publish/lookup.py", "runs_after")]),
     ("published rows + files (read when not kept)", [("lakepub/publish/published_state.py", "load")]),
-    ("partition rewrite (kind changes + apply)", [("lakepub/publish/datasets.py", "rewrite")]),
+    ("partition rewrite (merge deltas)", [("lakepub/publish/rewrite.py", "rewrite_partitions"),
+                                          ("lakepub/publish/datasets.py", "rewrite")]),
     ("ledger append (waiting for its Parquet file + manifests)", [("pyiceberg/table/__init__.py", "append"),
                                                                   ("lakepub/publish/publisher.py", "_stage_ledger")]),
     ("replace published partitions (Parquet + manifest)", [("pyiceberg/table/__init__.py", "overwrite"),

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["throughput", "history", "overhead", "reads", "janitor", "memory"]
+BENCHMARKS = ["throughput", "wide", "history", "overhead", "reads", "janitor", "memory"]
 
 
 def main() -> None:
@@ -143,6 +143,13 @@ def markdown(reports: list[dict]) -> str:
             rows.append(("1", "throughput vs pyiceberg upsert", _f(f.get("lakepub_events_per_s"), 0, "events/s"),
                          f"upsert {_f(f.get('upsert_events_per_s'), 0, 'events/s')}",
                          _f(f.get("ratio_vs_upsert"), 1) + "x", "≥ 30x", by["throughput"]["targets"][1]))
+    if "wide" in by:
+        f, p = by["wide"]["figures"], by["wide"]["params"]
+        rows.append(("1", f"throughput, 20-field contract (key of 2; aggregate + current datasets), "
+                          f"{p['events']:,} events, `--max-batch {p['max_batch']:,}`",
+                     _f(f.get("wide_events_per_s"), 0, "events/s"),
+                     f"orders_daily, same size {_f(f.get('orders_events_per_s'), 0, 'events/s')}",
+                     _f(f.get("ratio_wide_vs_orders"), 2) + "x", "figure (no target)", None))
     if "history" in by:
         f = by["history"]["figures"]
         batches = _pick(f, "batch_s_")
