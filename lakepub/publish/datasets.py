@@ -46,6 +46,7 @@ class DatasetWriter:
         self.schema = spec.kind.output_schema()
         self._state: PublishedState | None = None
         self._vetted: int | None = None  # a foreign head whose data were found to be the published data
+        self._checked: tuple[str, str] | None = None  # metadata locations whose schemas and definition passed
 
     def state(self, table: Table) -> PublishedState:
         """The published rows and files: kept from our last publish if still current."""
@@ -64,8 +65,11 @@ class DatasetWriter:
         schemas, the table is still what the definition declares, a head written by another tool
         holds exactly the published data (its rows as read: a row appended twice counts twice),
         and after a foreign evolution of the partition spec no live file has another spec."""
-        check_schemas(self.spec, table, ledger)
-        check_definition(self.spec, table)
+        checked = (table.metadata_location, ledger.metadata_location)
+        if checked != self._checked:  # a metadata file never changes: checked once per version of both
+            check_schemas(self.spec, table, ledger)
+            check_definition(self.spec, table)
+            self._checked = checked
         current = table.metadata.current_snapshot_id
         if current is None:
             return

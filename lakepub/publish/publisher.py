@@ -256,8 +256,7 @@ class Publisher:
                 f"{positions.dumps(end)} cover {covered} records"
             )
         identity = BatchIdentity(self.group.name, source, start, end, prepared.digest)
-        self.catch_up()
-        try:
+        try:  # a dataset to build first (new, or left behind) is built by the loop's first attempt
             return self._publish_with_retries(prepared, identity, dataset or self.group.dataset_names[0])
         except BlockedError as exc:
             self._audit(identity, exc, events.num_rows)
