@@ -25,9 +25,9 @@ def _ident(name: str) -> str:
 
 def live_states(con: duckdb.DuckDBPyConnection, ledger: Table, snapshot_id: int | None, contract: Contract
                 ) -> pa.Table:
-    """Key + state fields of every live entity at ``snapshot_id`` (none before the first)."""
+    """Key, version and state fields of every live entity at ``snapshot_id`` (none before the first)."""
     entity = contract.entity
-    names = [*entity.key, *contract.state_names]
+    names = [*entity.key, entity.version, *contract.state_names]
     schema = pa.schema([contract.arrow_schema.field(n) for n in names])
     if snapshot_id is None:
         return schema.empty_table()

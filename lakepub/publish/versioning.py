@@ -60,8 +60,8 @@ class Change:
     """What one batch changes, for the ledger and for every dataset of its entity."""
 
     new_ledger_rows: pa.Table  # the contract's fields + k1, k2 (sorted by key, version)
-    before: pa.Table  # key + state of each changed entity that was live before (deleted ones absent)
-    after: pa.Table  # key + state of each changed entity that is live after
+    before: pa.Table  # key, version + state of each changed entity that was live before (deleted ones absent)
+    after: pa.Table  # key, version + state of each changed entity that is live after
     counts: Counts
 
 
@@ -194,16 +194,21 @@ def project(side: BatchSide, found: tuple[pa.Table, np.ndarray], key_version: st
 
 def _states(side: BatchSide, prev: pa.Table, before_rows: np.ndarray, entities: np.ndarray, after_rows: np.ndarray,
             d_deleted: np.ndarray) -> tuple[pa.Table, pa.Table]:
-    """The live before and after states (key + state fields) of the changed entities."""
+    """The live before and after states (key, version and state fields: every contract field,
+    which a kind may publish) of the changed entities."""
     shape = side.shape
     live_before = before_rows >= 0
     if prev.num_rows and shape.deleted is not None:
         live_before &= ~_deleted(prev, shape)[np.maximum(before_rows, 0)]
     keys = side.entities.take(pa.array(entities[live_before]))
-    state = prev.select(list(shape.state)).take(pa.array(before_rows[live_before])) if prev.num_rows \
-        else side.distinct.select(list(shape.state)).slice(0, 0)
-    before = pa.Table.from_arrays([*keys.columns, *state.columns], names=[*shape.key, *shape.state])
-    after = side.distinct.select([*shape.key, *shape.state]).take(pa.array(after_rows[~d_deleted[after_rows]]))
+    fields = [shape.version, *shape.state]
+    if prev.num_rows:  # the ledger rows name the version "version" (int64: lookup.py)
+        state = prev.select(["version", *shape.state]).take(pa.array(before_rows[live_before]))
+        state = state.rename_columns(fields).cast(side.distinct.select(fields).schema)
+    else:
+        state = side.distinct.select(fields).slice(0, 0)
+    before = pa.Table.from_arrays([*keys.columns, *state.columns], names=[*shape.key, *fields])
+    after = side.distinct.select([*shape.key, *fields]).take(pa.array(after_rows[~d_deleted[after_rows]]))
     return before, after
 
 
