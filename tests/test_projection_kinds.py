@@ -92,7 +92,8 @@ def _types(entity, keys, fields, field_types):
 def partition_options(columns: list[str], types: dict[str, str]) -> list[str]:
     options = ["none"]
     for c in columns:
-        options.append(f"identity({c})")
+        if types[c] != "date":  # identity of a date is refused: day(c) is the same partitioning
+            options.append(f"identity({c})")
         if types[c] == "date":
             options += [f"day({c})", f"month({c})", f"year({c})"]
         if types[c] != "bool":

@@ -103,6 +103,9 @@ class PartitionBy:
             raise ConfigError(f"{where}: {self} partitions by '{self.column}', which is not a column of the "
                               f"published table ({', '.join(schema.names)})")
         source = iceberg_type(schema.field(self.column).type)
+        if self.kind == "identity" and isinstance(source, (DateType, TimestampType, TimestamptzType)):
+            raise ConfigError(f"{where}: {self}: identity partitions of a {source} column are not supported; "
+                              f"day({self.column}) gives the same partitions for a date (use it, or month/year)")
         if not self.transform.can_transform(source):
             raise ConfigError(f"{where}: {self} cannot be applied to '{self.column}' of type {source}")
 
