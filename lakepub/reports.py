@@ -1,8 +1,12 @@
-"""Read-side reports: status, publish log and verification of published partitions."""
+"""Read-side reports: status, publish log and verification of published partitions.
+
+Functions of a ``Workspace`` (which calls them): this module does not import the workspace, so
+the two do not import each other."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -22,7 +26,9 @@ from lakepub.publish.states import live_states
 from lakepub.store.layout import has_history, ledger_id
 from lakepub.store.published import partition_of
 from lakepub.store.record import Counts, foreign_head, latest_published, latest_record, published_history, recorded_checksums
-from lakepub.workspace import Workspace
+
+if TYPE_CHECKING:  # the workspace calls these reports; they only use the one it passes
+    from lakepub.workspace import Workspace
 
 
 @dataclass(frozen=True)

@@ -154,7 +154,7 @@ class Workspace:
     @classified
     def status(self, dataset: str, *, landing: str | None = None) -> "DatasetStatus":
         """What ``lakepub status DATASET`` shows, as a dataclass (``.as_dict()`` for JSON)."""
-        from lakepub import reports
+        from lakepub import reports  # on use: reports load DuckDB and the landing scanner
 
         return reports.status(self, dataset, landing=landing)
 
