@@ -55,7 +55,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakepub.errors import ConfigError, LakepubError
-from lakepub.projection.base import Entity, Kind, OverflowRefused, register
+from lakepub.projection.base import Entity, Kind, OverflowRefused, field_list, register
 from lakepub.projection.partitioning import PartitionBy, iceberg_type
 
 INT64_MAX = 2 ** 63 - 1
@@ -123,18 +123,11 @@ class Aggregate(Kind):
                  where: str, dataset: str = ""):
         super().__init__(projection, entity, partition, where=where, dataset=dataset)
         schema = entity.schema
-        group_by = projection.get("group_by", [])
-        if not isinstance(group_by, list) or not all(isinstance(c, str) for c in group_by):
-            raise ConfigError(f"{where}: projection.group_by: expected a list of field names, got {group_by!r}")
+        group_by = field_list(projection.get("group_by", []), "group_by", schema, where)
         for col in group_by:
-            if col not in schema.names:
-                raise ConfigError(f"{where}: projection.group_by: unknown field '{col}' "
-                                  f"(contract fields: {', '.join(schema.names)})")
             if pa.types.is_floating(schema.field(col).type):
                 raise ConfigError(f"{where}: projection.group_by: '{col}' is {iceberg_type(schema.field(col).type)}; "
                                   "grouping by a floating-point value is not stable (0.0 and -0.0, NaN): use decimal(p,s)")
-        if len(set(group_by)) != len(group_by):
-            raise ConfigError(f"{where}: projection.group_by: a field is listed twice: {group_by}")
         measures = projection.get("measures")
         if not isinstance(measures, Mapping) or not measures:
             raise ConfigError(f"{where}: projection.measures: expected a mapping of name: sum(col) | count()")

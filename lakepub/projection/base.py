@@ -61,6 +61,19 @@ class OverflowRefused(UserError):
         )
 
 
+def field_list(value: Any, key: str, schema: pa.Schema, where: str) -> list[str]:
+    """A ``projection.<key>`` list of contract fields: a list of names, each declared, none twice."""
+    if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+        raise ConfigError(f"{where}: projection.{key}: expected a list of field names, got {value!r}")
+    for col in value:
+        if col not in schema.names:
+            raise ConfigError(f"{where}: projection.{key}: unknown field '{col}' "
+                              f"(contract fields: {', '.join(schema.names)})")
+    if len(set(value)) != len(value):
+        raise ConfigError(f"{where}: projection.{key}: a field is listed twice: {value}")
+    return list(value)
+
+
 def _show(value: Any) -> str:
     """A group value in a message: dates and timestamps in ISO form, strings quoted."""
     return value.isoformat() if hasattr(value, "isoformat") else repr(value)

@@ -36,8 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakepub.errors import ConfigError
-from lakepub.projection.base import Entity, Kind, register
+from lakepub.projection.base import Entity, Kind, field_list, register
 from lakepub.projection.partitioning import PartitionBy
 
 CHANGE_SIGN = "_lakepub_sign"  # int8 column of the change rows: -1 removes the key, +1 adds the row
@@ -54,14 +53,7 @@ class Current(Kind):
         listed = projection.get("columns")
         if listed is None:
             listed = [n for n in schema.names if n not in (entity.version, entity.deleted)]
-        if not isinstance(listed, list) or not all(isinstance(c, str) for c in listed):
-            raise ConfigError(f"{where}: projection.columns: expected a list of field names, got {listed!r}")
-        for col in listed:
-            if col not in schema.names:
-                raise ConfigError(f"{where}: projection.columns: unknown field '{col}' "
-                                  f"(contract fields: {', '.join(schema.names)})")
-        if len(set(listed)) != len(listed):
-            raise ConfigError(f"{where}: projection.columns: a field is listed twice: {listed}")
+        listed = field_list(listed, "columns", schema, where)
         self.key = list(entity.key)
         self.columns = self.key + [c for c in listed if c not in self.key]
         self._schema = pa.schema([schema.field(c) for c in self.columns])

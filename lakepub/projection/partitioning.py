@@ -24,7 +24,6 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import (BucketTransform, DayTransform, IdentityTransform, MonthTransform, Transform,
@@ -128,11 +127,7 @@ class PartitionBy:
         if self.kind == "identity":
             return column
         source = iceberg_type(column.type)
-        try:
-            out = self.transform.pyarrow_transform(source)(column)
-        except (ImportError, NotImplementedError, AttributeError):  # no pyiceberg-core: per-value Python
-            fn = self.transform.transform(source)
-            out = pa.array([None if v is None else fn(v) for v in _internal(column, source)], pa.int32())
+        out = self.transform.pyarrow_transform(source)(column)  # pyiceberg-core (a pinned dependency)
         return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out
 
     def label(self, value: Any) -> str:
@@ -175,15 +170,6 @@ def iceberg_type(arrow: pa.DataType) -> IcebergType:
     if pa.types.is_decimal(arrow):
         return DecimalType(arrow.precision, arrow.scale)
     raise ConfigError(f"the Arrow type {arrow} has no Iceberg type in lakepub")
-
-
-def _internal(column: pa.Array, source: IcebergType) -> list:
-    """Values in pyiceberg's internal representation (days, microseconds) for its Python transforms."""
-    if isinstance(source, DateType):
-        return pc.cast(column, pa.int32()).to_pylist()
-    if isinstance(source, (TimestampType, TimestamptzType)):
-        return pc.cast(pc.cast(column, pa.timestamp("us", tz=column.type.tz)), pa.int64()).to_pylist()
-    return column.to_pylist()
 
 
 def _python_internal(value: Any) -> tuple[IcebergType, Any]:

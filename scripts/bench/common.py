@@ -242,13 +242,9 @@ def log(msg: str) -> None:
 # --- inputs ----------------------------------------------------------------------------------
 
 
-def stream(args: argparse.Namespace, work: Path, events: int, *, days: int = STREAM_DAYS,
-           partitions: int = STREAM_PARTITIONS, seed: int | None = None) -> tuple[Path, Any]:
-    """A generated landing stream (``lakepub.generate.generate_stream``), from ``--cache`` if there."""
-    from lakepub.generate import generate_stream
-
-    seed = args.seed if seed is None else seed
-    name = f"stream-e{events}-d{days}-p{partitions}-s{seed}"
+def cached(args: argparse.Namespace, work: Path, name: str, make: Callable[[Path], dict[str, Any]]
+           ) -> tuple[Path, dict[str, Any]]:
+    """A generated stream folder ``name`` and its stats: from ``--cache`` if there, else ``make(folder)``."""
     if args.cache is not None:
         folder = Path(args.cache).resolve() / name
         done = folder / ".stats.json"
@@ -259,12 +255,25 @@ def stream(args: argparse.Namespace, work: Path, events: int, *, days: int = STR
     else:
         folder = work / name
     t0 = time.perf_counter()
-    stats = generate_stream(folder, events=events, partitions=partitions, days=days, seed=seed)
-    log(f"generated {events:,} events in {time.perf_counter() - t0:.1f} s -> {folder}")
-    info = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in stats.__dict__.items()}
+    info = make(folder)
+    log(f"generated {name} in {time.perf_counter() - t0:.1f} s -> {folder}")
     if args.cache is not None:
         (folder / ".stats.json").write_text(json.dumps(info))
     return folder, info
+
+
+def stream(args: argparse.Namespace, work: Path, events: int, *, days: int = STREAM_DAYS,
+           partitions: int = STREAM_PARTITIONS, seed: int | None = None) -> tuple[Path, Any]:
+    """A generated landing stream (``lakepub.generate.generate_stream``), from ``--cache`` if there."""
+    from lakepub.generate import generate_stream
+
+    seed = args.seed if seed is None else seed
+
+    def make(folder: Path) -> dict[str, Any]:
+        stats = generate_stream(folder, events=events, partitions=partitions, days=days, seed=seed)
+        return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in stats.__dict__.items()}
+
+    return cached(args, work, f"stream-e{events}-d{days}-p{partitions}-s{seed}", make)
 
 
 def workspace(folder: Path, stream_dir: Path | None = None):

@@ -33,8 +33,6 @@ every row; current: row count and sums).
 from __future__ import annotations
 
 import gc
-import json
-import shutil
 import time
 from collections import defaultdict
 from datetime import date, timedelta
@@ -304,21 +302,7 @@ def _oracle(acc: Accounts) -> dict:
 def wide_stream(args, work: Path, events: int) -> tuple[Path, dict]:
     """The generated stream, from ``--cache`` if there."""
     name = f"wide-e{events}-d{c.STREAM_DAYS}-p{c.STREAM_PARTITIONS}-s{args.seed}"
-    if args.cache is not None:
-        folder = Path(args.cache).resolve() / name
-        done = folder / ".stats.json"
-        if done.is_file():
-            return folder, json.loads(done.read_text())
-        if folder.exists():
-            shutil.rmtree(folder)
-    else:
-        folder = work / name
-    t0 = time.perf_counter()
-    stats = generate(folder, events, args.seed)
-    c.log(f"generated {events:,} wide events in {time.perf_counter() - t0:.1f} s -> {folder}")
-    if args.cache is not None:
-        (folder / ".stats.json").write_text(json.dumps(stats))
-    return folder, stats
+    return c.cached(args, work, name, lambda folder: generate(folder, events, args.seed))
 
 
 def wide_workspace(folder: Path, stream_dir: Path, *, current: bool = True):
