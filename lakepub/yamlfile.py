@@ -68,3 +68,39 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a YAML mapping")
     return data
+
+
+def key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """1-based line of every key path of a YAML mapping document (``("constraints", "enum", "0",
+    "col")``; list items by index), from the composed nodes' ``start_mark``: what lint findings
+    cite. Empty for text that is not valid YAML."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return {}
+    lines: dict[tuple[str, ...], int] = {}
+
+    def walk(node: yaml.Node, path: tuple[str, ...]) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                sub = (*path, str(key.value))
+                lines.setdefault(sub, key.start_mark.line + 1)
+                walk(value, sub)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                sub = (*path, str(i))
+                lines.setdefault(sub, item.start_mark.line + 1)
+                walk(item, sub)
+
+    if root is not None:
+        walk(root, ())
+    return lines
+
+
+def line_of(lines: dict[tuple[str, ...], int], path: tuple[str, ...]) -> int:
+    """The line of ``path`` or of its nearest ancestor that has one (1: the file itself)."""
+    while path:
+        if path in lines:
+            return lines[path]
+        path = path[:-1]
+    return 1

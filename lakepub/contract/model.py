@@ -28,13 +28,15 @@ boolean field named ``deleted``, so it keeps working as written.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field as dc_field
 from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
 from pydantic import Field, field_validator
 
+from lakepub.contract.canonical import canonical_sha256
+from lakepub.contract.spec import Constraints, DefaultKind, Terms
 from lakepub.contract.types import INTEGER_TYPES, KEY_TYPES, FieldType
 from lakepub.errors import ConfigError
 from lakepub.yamlfile import File, parse, read_yaml
@@ -51,6 +53,20 @@ class FieldSpec:
     nullable: bool = False  # may be null on a live event (any non-key field may be null on a delete)
     description: str = ""
     unit: str | None = None
+    default: "Default | None" = None  # what a reader fills in when a writer lacks the field
+    time_meaning: str | None = None   # for time fields: what the instant is (event, ingest, ...)
+    timezone: str | None = None       # declared time zone of a time field (timestamps are UTC)
+    deprecated: bool = False          # step one of deprecate-then-remove
+
+
+@dataclass(frozen=True)
+class Default:
+    """A field default and what it means (seed 002): ``business`` a real business value,
+    ``unknown`` a placeholder for "not known", ``history_only`` only for reading old rows (values
+    filled from it are flagged ``inferred_from_schema_default``)."""
+
+    value: Any
+    kind: str
 
 
 @dataclass(frozen=True)
@@ -72,10 +88,16 @@ class Contract:
     description: str = ""
     primary_key: tuple[str, ...] = ()
     path: Path | None = None
+    terms: Terms = dc_field(default_factory=Terms, compare=False)  # (sha256 compares it) compat mode, constraints, shadow, owner, ... (spec.py)
+    sha256: str = ""  # of the canonical form (canonical.py); recorded on every published snapshot
 
     @property
     def schema_ref(self) -> str:
         return f"contracts/{self.name}@v{self.version}"
+
+    @property
+    def constraints(self) -> Constraints:
+        return self.terms.constraints
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -112,11 +134,20 @@ class Contract:
 # --- the file ---------------------------------------------------------------------------------
 
 
+class _DefaultFile(File):
+    value: Any = None
+    kind: DefaultKind
+
+
 class _FieldFile(File):
     type: str
     nullable: bool = False
     description: str = ""
     unit: str | None = None
+    default: _DefaultFile | None = None
+    time_meaning: str | None = None
+    timezone: str | None = None
+    deprecated: bool = False
 
 
 class _EntityFile(File):
@@ -125,26 +156,20 @@ class _EntityFile(File):
     deleted: str | None = None
 
 
-class _Constraints(File):
-    primary_key: list[str] = Field(default_factory=list)
-    not_null: list[str] = Field(default_factory=list)
-
-
-class _ContractFile(File):
+class _ContractFile(Terms):
     name: str
     version: str
     description: str = ""
     entity: _EntityFile | None = None
     fields: dict = Field(default_factory=dict)
     extra_fields: Literal["refuse", "ignore"] | None = None  # default: refuse (ignore for the original format)
-    constraints: _Constraints = Field(default_factory=_Constraints)
 
     @field_validator("version", mode="before")
     @classmethod
     def _numeric_version(cls, value: Any) -> Any:  # `version: 1.0` is a YAML float
         return str(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
-    @field_validator("fields", "constraints", mode="before")
+    @field_validator("fields", mode="before")
     @classmethod
     def _empty(cls, value: Any) -> Any:
         return {} if value is None else value
@@ -175,8 +200,35 @@ def load_contract(path: Path) -> Contract:
     entity = _entity(path, raw, declared)
     # The original format (no ``entity:``) dropped undeclared input fields; it keeps doing so.
     extra = raw.extra_fields or ("ignore" if raw.entity is None else "refuse")
+    terms = Terms.model_construct(**{k: getattr(raw, k) for k in Terms.model_fields})
+    _check_terms(path, raw, declared)
     return Contract(name=raw.name, version=raw.version, entity=entity, fields=fields, extra_fields=extra,
-                    description=raw.description, primary_key=tuple(raw.constraints.primary_key), path=path)
+                    description=raw.description, primary_key=tuple(raw.constraints.primary_key), path=path,
+                    terms=terms, sha256=canonical_sha256(raw, fields))
+
+
+def _check_terms(path: Path, raw: _ContractFile, declared: dict[str, FieldSpec]) -> None:
+    """Every column a constraint, consumer or semantic change names is a declared field, and a
+    declared ``schema_ref`` is the one the name and version make."""
+    ref = f"contracts/{raw.name}@v{raw.version}"
+    if raw.schema_ref is not None and raw.schema_ref != ref:
+        raise ConfigError(f"{path}: 'schema_ref' is {raw.schema_ref!r} but name and version make {ref!r}")
+    c = raw.constraints
+    named: list[tuple[str, str]] = [("constraints.primary_key", n) for n in c.primary_key]
+    named += [("constraints.partition_by", n) for n in c.partition_by]
+    named += [(f"constraints.unique.{i}", n) for i, cols in enumerate(c.unique) for n in cols]
+    named += [("constraints.not_null", n) for n in c.not_null]
+    named += [(f"constraints.range.{i}.col", r.col) for i, r in enumerate(c.range)]
+    named += [(f"constraints.enum.{i}.col", r.col) for i, r in enumerate(c.enum)]
+    named += [(f"constraints.units.{n}", n) for n in c.units]
+    named += [(f"consumers.{i}.columns", n) for i, cons in enumerate(raw.consumers) for n in cons.columns]
+    named += [(f"change.semantic.{i}.field", s.field) for i, s in enumerate(raw.change.semantic)]
+    for where, name in named:
+        _declared(path, where, name, declared)
+    for i, r in enumerate(c.range):
+        if not declared[r.col].type.is_numeric:
+            raise ConfigError(f"{path}: 'constraints.range.{i}.col': '{r.col}' is {declared[r.col].type}; "
+                              "a range applies to a numeric field")
 
 
 def _field(path: Path, name: Any, spec: Any) -> FieldSpec:
@@ -196,7 +248,26 @@ def _field(path: Path, name: Any, spec: Any) -> FieldSpec:
         ftype = FieldType.parse(parsed.type)
     except ValueError as exc:
         raise ConfigError(f"{path}: '{type_key}': {exc}") from None
-    return FieldSpec(name, ftype, parsed.nullable, parsed.description or "", parsed.unit)
+    default = None
+    if parsed.default is not None:
+        default = Default(parsed.default.value, parsed.default.kind)
+        if default.value is not None and not _fits(ftype, default.value):
+            raise ConfigError(f"{path}: '{where}.default.value': {default.value!r} is not a {ftype} value")
+    return FieldSpec(name, ftype, parsed.nullable, parsed.description or "", parsed.unit, default,
+                     parsed.time_meaning, parsed.timezone, parsed.deprecated)
+
+
+def _fits(ftype: FieldType, value: Any) -> bool:
+    """A default's value is of the field's type (YAML's own scalars; dates and times as text)."""
+    if isinstance(value, bool):
+        return ftype.name == "boolean"
+    if isinstance(value, int):
+        return ftype.is_numeric
+    if isinstance(value, float):
+        return ftype.kind in ("float", "double", "decimal")
+    if isinstance(value, str):
+        return ftype.name == "string" or ftype.kind in ("date", "timestamp", "decimal")
+    return ftype.kind in ("date", "timestamp") and hasattr(value, "isoformat")
 
 
 def _entity(path: Path, raw: _ContractFile, declared: dict[str, FieldSpec]) -> Entity:

@@ -7,6 +7,8 @@ every source, so the data and the positions become visible in the same commit. K
     lakepub.batch           the identity's fields as JSON (dataset, source, start, end, events sha256)
     lakepub.positions       {source: {partition: offset}} after this publish, for every source
     lakepub.contract        schema_ref of the contract the batch was validated against
+    lakepub.contract-sha256 sha256 of that contract's canonical form (contract/canonical.py): the
+                            label and the content it had (absent in records of older versions)
     lakepub.schema-id       Iceberg schema id of the published table
     lakepub.checksums       {partition: sha256} of each partition this publish rewrote
     lakepub.counts          this batch's counts
@@ -70,6 +72,7 @@ class PublishRecord:
     totals: Counts
     ledger_snapshot: int | None = None
     partition_count: int | None = None  # non-empty partitions after this publish
+    contract_sha256: str = ""
     extra: dict[str, str] = field(default_factory=dict)
 
     def to_properties(self) -> dict[str, str]:
@@ -87,6 +90,8 @@ class PublishRecord:
             props["lakepub.ledger-snapshot"] = str(self.ledger_snapshot)
         if self.partition_count is not None:
             props["lakepub.partition-count"] = str(self.partition_count)
+        if self.contract_sha256:
+            props["lakepub.contract-sha256"] = self.contract_sha256
         props.update(self.extra)
         return props
 
@@ -107,6 +112,7 @@ class PublishRecord:
             totals=Counts.from_json(props.get("lakepub.totals")),
             ledger_snapshot=int(ledger) if ledger else None,
             partition_count=int(count) if count else None,
+            contract_sha256=props.get("lakepub.contract-sha256", ""),
         )
 
 
