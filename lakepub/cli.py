@@ -250,6 +250,9 @@ def demo(folder: Path, events: int, days: int, seed: int, max_batch: int) -> Non
 from lakepub.maintenance.cli import register_cli  # noqa: E402 - adds `janitor`, kept in its package
 
 register_cli(main)
+from lakepub.contract.cli import register_cli as register_contract_cli  # noqa: E402 - `contract`, `consumers`
+
+register_contract_cli(main)
 
 if __name__ == "__main__":
     main()

@@ -205,15 +205,19 @@ class Workspace:
     def connect(self) -> duckdb.DuckDBPyConnection:
         """A DuckDB connection with a view per published dataset, pinned to its published snapshot.
 
-        Unrestricted, for Python code that owns the process: it can read and write any file
+        The columns its statements read are recorded (``lakepub consumers``). Unrestricted, for
+        Python code that owns the process: it can read and write any file
         (``COPY ... TO``), ATTACH and load extensions, like any DuckDB connection, and nothing stops
         it from overwriting the warehouse's files. Run SQL you did not write through ``query``,
         which is sandboxed.
         """
+        from lakepub.contract.consumers import ObservedConnection
+
         con = duck.connect(self.config.catalog)
-        for name, location in self.published_tables().items():
+        published = self.published_tables()
+        for name, location in published.items():
             con.execute(f'CREATE TEMP VIEW "{name}" AS SELECT * FROM {duck.scan_sql(location)}')
-        return con
+        return ObservedConnection(con, self.config.root, published)  # records the columns read
 
     @classified
     def query(self, sql: str) -> pa.Table:
@@ -230,7 +234,7 @@ class Workspace:
             duck.check_read_only(con, sql)
             for name, location in published.items():
                 con.execute(f'CREATE TEMP VIEW "{name}" AS SELECT * FROM {duck.scan_sql(location)}')
-            return con.execute(sql).to_arrow_table()
+            result = con.execute(sql).to_arrow_table()
         except duckdb.Error as exc:
             message = " ".join(str(exc).split())
             unpublished = [n for n in self.config.datasets if n not in published and n in message]
@@ -238,6 +242,11 @@ class Workspace:
                 raise QueryError(f"dataset '{unpublished[0]}' has no published snapshot yet; "
                                  f"run 'lakepub run {unpublished[0]}' or 'lakepub publish' first") from None
             raise QueryError(f"query failed: {message}") from None
+        else:  # `lakepub consumers DATASET` shows what was read; recording never fails the query
+            from lakepub.contract import consumers
+
+            consumers.observe_connection(con, self.config.root, sql, published, "query")
+            return result
         finally:
             con.close()
 

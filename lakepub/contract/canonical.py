@@ -18,7 +18,6 @@ Cost: one pydantic dump and one sha256 per contract load (~0.1 ms for the orders
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any, Iterable
 
@@ -49,7 +48,3 @@ def _plain(value: Any) -> Any:
 
 def canonical_json(doc: dict[str, Any]) -> str:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def canonical_sha256(raw: Any, fields: Iterable[Any]) -> str:
-    return hashlib.sha256(canonical_json(canonical_form(raw, fields)).encode("utf-8")).hexdigest()

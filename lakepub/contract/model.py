@@ -27,6 +27,7 @@ boolean field named ``deleted``, so it keeps working as written.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field as dc_field
 from pathlib import Path
@@ -35,7 +36,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from pydantic import Field, field_validator
 
-from lakepub.contract.canonical import canonical_sha256
+from lakepub.contract.canonical import canonical_form, canonical_json
 from lakepub.contract.spec import Constraints, DefaultKind, Terms
 from lakepub.contract.types import INTEGER_TYPES, KEY_TYPES, FieldType
 from lakepub.errors import ConfigError
@@ -90,6 +91,7 @@ class Contract:
     path: Path | None = None
     terms: Terms = dc_field(default_factory=Terms, compare=False)  # (sha256 compares it) compat mode, constraints, shadow, owner, ... (spec.py)
     sha256: str = ""  # of the canonical form (canonical.py); recorded on every published snapshot
+    canonical: str = dc_field(default="", compare=False, repr=False)  # that form, as JSON text
 
     @property
     def schema_ref(self) -> str:
@@ -200,11 +202,12 @@ def load_contract(path: Path) -> Contract:
     entity = _entity(path, raw, declared)
     # The original format (no ``entity:``) dropped undeclared input fields; it keeps doing so.
     extra = raw.extra_fields or ("ignore" if raw.entity is None else "refuse")
+    canonical = canonical_json(canonical_form(raw, fields))
     terms = Terms.model_construct(**{k: getattr(raw, k) for k in Terms.model_fields})
     _check_terms(path, raw, declared)
     return Contract(name=raw.name, version=raw.version, entity=entity, fields=fields, extra_fields=extra,
                     description=raw.description, primary_key=tuple(raw.constraints.primary_key), path=path,
-                    terms=terms, sha256=canonical_sha256(raw, fields))
+                    terms=terms, sha256=hashlib.sha256(canonical.encode("utf-8")).hexdigest(), canonical=canonical)
 
 
 def _check_terms(path: Path, raw: _ContractFile, declared: dict[str, FieldSpec]) -> None:

@@ -1,0 +1,239 @@
+"""``lakepub contract lint|check|export`` and ``lakepub consumers``, registered by ``register_cli(main)``.
+
+Nothing heavy is imported at module level (the contract model pulls in pyarrow and pyiceberg,
+``check`` and ``consumers`` the workspace configuration, recording pulls sqlglot): each command
+imports what it needs, so ``lakepub --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lakepub import output
+from lakepub.cli_support import format_option, handle_errors
+from lakepub.errors import ConfigError, LakepubError
+
+
+class ContractCheckFailed(LakepubError):
+    """Lint or check found at least one error (exit 1); the findings are printed."""
+
+
+def _root(ctx: click.Context, required: bool) -> Path | None:
+    from lakepub.config import find_root
+
+    try:
+        return find_root(Path((ctx.obj or {}).get("workspace", ".")))
+    except ConfigError:
+        if required:
+            raise
+        return None
+
+
+def _workspace_config(root: Path | None) -> Any:
+    from lakepub.config import load_workspace
+
+    return load_workspace(root) if root is not None else None
+
+
+def _contract_path(arg: str, root: Path | None) -> Path:
+    """A file, or a schema_ref (``contracts/name@vX.Y``) in the workspace's catalog."""
+    path = Path(arg)
+    if path.is_file() or root is None or not arg.startswith("contracts/"):
+        return path
+    config = _workspace_config(root)
+    for candidate in sorted((config.root / config.catalog_dir / "contracts").glob("*.yaml")):
+        if candidate.stem == arg.removeprefix("contracts/"):
+            return candidate
+    return path
+
+
+@click.group("contract")
+def contract() -> None:
+    """Contracts as a change protocol: lint a contract, check a change, export a manifest."""
+
+
+@contract.command("lint")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--at", "at", default=None, help="Evaluate grace periods on this date (YYYY-MM-DD; default today, UTC).")
+@format_option
+@click.pass_context
+@handle_errors
+def lint(ctx: click.Context, paths: tuple[Path, ...], at: str | None, fmt: str) -> None:
+    """Check contract files (default: the workspace's catalog/contracts) against seed 001's rules.
+
+    One line per finding: FILE:LINE RULE-ID LEVEL MESSAGE. Exit 1 on any error; inside a
+    contract's declared grace_period its errors are reported as warnings."""
+    from lakepub.contract.lint import lint_paths
+
+    today = _date(at)
+    if not paths:
+        config = _workspace_config(_root(ctx, required=True))
+        paths = (config.root / config.catalog_dir / "contracts",)
+    findings = lint_paths(list(paths), today)
+    errors = sum(f.level == "error" for f in findings)
+    if fmt == "json":
+        click.echo(output.to_json({"findings": [f.as_dict() for f in findings], "errors": errors,
+                                   "warnings": len(findings) - errors}))
+    else:
+        for f in findings:
+            click.echo(f.text())
+        click.echo(f"{errors} error(s), {len(findings) - errors} warning(s)", err=True)
+    if errors:
+        raise ContractCheckFailed(f"contract lint: {errors} error(s)")
+
+
+def _date(text: str | None) -> dt.date:
+    if text is None:
+        return dt.datetime.now(dt.timezone.utc).date()
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(f"--at: {text!r} is not a date (YYYY-MM-DD)") from None
+
+
+@contract.command("check")
+@click.argument("versions", nargs=-1, required=True, metavar="OLD... NEW")
+@format_option
+@click.pass_context
+@handle_errors
+def check(ctx: click.Context, versions: tuple[str, ...], fmt: str) -> None:
+    """Check that NEW is a safe change of OLD in the direction NEW's compat_mode names.
+
+    backward: NEW reads OLD's data; forward: OLD reads NEW's data; both: both, against every OLD
+    given (oldest first); break: allowed with a major version and shadow.enabled. Also checks the
+    version bump (minor: compatible, major: breaking) and reports semantic changes (unit,
+    description, time meaning, default, declared change.semantic), each with its failure mode and
+    the consumers it affects (declared, and observed by `lakepub query`). Exit 1 on any error.
+    Arguments are files or schema refs (contracts/NAME@vX.Y) of the workspace's catalog."""
+    from lakepub.contract import compat
+    from lakepub.contract.consumers import Affected
+    from lakepub.contract.model import load_contract, load_contracts
+    from lakepub.yamlfile import key_lines, line_of
+
+    if len(versions) < 2:
+        raise ConfigError("contract check needs at least two contracts: OLD... NEW")
+    root = _root(ctx, required=False)
+    paths = [_contract_path(v, root) for v in versions]
+    contracts = [load_contract(p) for p in paths]
+    names = {c.name for c in contracts}
+    if len(names) != 1:
+        raise ConfigError(f"contract check compares versions of one contract, not {', '.join(sorted(names))}")
+    try:
+        config = _workspace_config(root)
+    except LakepubError:  # a broken workspace: check without its datasets
+        config = None
+    others = load_contracts(config.root / config.catalog_dir / "contracts") if config else []
+    affected = Affected(root, config.datasets if config else {}, others)
+    result = compat.check(contracts[:-1], contracts[-1], affected)
+    if fmt == "json":
+        click.echo(output.to_json(result.as_dict()))
+    else:
+        lines = {p: key_lines(p.read_text()) for p in paths}
+        by_ref = {c.schema_ref: p for c, p in zip(contracts, paths)}
+        for f in result.findings:
+            path = paths[-1] if f.field is None or f.field in contracts[-1].names else by_ref.get(f.against, paths[-2])
+            line = line_of(lines[path], _key_path(f))
+            extra = f" [failure: {f.failure_mode}]" if f.failure_mode else ""
+            extra += f" [consumers: {'; '.join(f.consumers)}]" if f.consumers else ""
+            click.echo(f"{path}:{line} {f.rule} {f.level} {f.message}{extra}")
+        kind = "breaking" if result.breaking else "compatible"
+        click.echo(f"{result.new} vs {', '.join(result.old)} ({result.mode}): {kind}, "
+                   f"{'ok' if result.ok else 'refused'}", err=True)
+    if not result.ok:
+        raise ContractCheckFailed(f"contract check: {sum(f.level == 'error' for f in result.findings)} error(s)")
+
+
+def _key_path(f: Any) -> tuple[str, ...]:
+    if f.rule == "SEMANTIC.CHANGED" and f.message.split(": ", 1)[-1].startswith("declared"):
+        return ("change", "semantic")
+    if f.field:
+        return ("fields", f.field)
+    if f.rule.startswith("VERSION"):
+        return ("version",)
+    if f.rule == "COMPAT.PARTITION_CHANGED":
+        return ("constraints", "partition_by")
+    if f.rule == "COMPAT.KEY_CHANGED":
+        return ("entity",)
+    return ()
+
+
+@contract.command("export")
+@click.argument("contract_ref")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("export"),
+              show_default=True, help="Folder to write the schema JSON and export_manifest.json into.")
+@click.option("--artifact", "artifacts", multiple=True, type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="Another artifact to list with its sha256 (changelog.md, dq.report.jsonl, shadow.diff.csv); repeatable.")
+@format_option
+@click.pass_context
+@handle_errors
+def export(ctx: click.Context, contract_ref: str, out_dir: Path, artifacts: tuple[Path, ...], fmt: str) -> None:
+    """Write CONTRACT's canonical schema JSON and an export_manifest (seed 001 section X): every
+    artifact with its sha256, and the contract's change references. The schema JSON's sha256 is
+    the contract sha256 that publishes record on their snapshots."""
+    from lakepub.contract.model import load_contract
+
+    path = _contract_path(contract_ref, _root(ctx, required=False))
+    c = load_contract(path)
+    schema = c.canonical.encode("utf-8")
+    schema_path = out_dir / "contracts" / f"{c.name}@v{c.version}.schema.json"
+    schema_path.parent.mkdir(parents=True, exist_ok=True)
+    schema_path.write_bytes(schema)
+    listed = [{"path": str(schema_path.relative_to(out_dir)), "sha256": hashlib.sha256(schema).hexdigest(),
+               "bytes": len(schema)}]
+    listed += [{"path": str(a), "sha256": hashlib.sha256(a.read_bytes()).hexdigest(), "bytes": a.stat().st_size}
+               for a in artifacts]
+    manifest = {"export_manifest": {
+        "version": "v1.0", "contract": c.schema_ref, "contract_sha256": c.sha256, "status": c.terms.status,
+        "compat_mode": c.terms.mode, "artifacts": listed, "references": list(c.terms.change.references),
+        "lineage": {"produce": list(c.terms.lineage_bind.produce), "consume": list(c.terms.lineage_bind.consume)},
+    }}
+    (out_dir / "export_manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    if fmt == "json":
+        click.echo(output.to_json(manifest))
+        return
+    click.echo(f"exported {c.schema_ref} (sha256 {c.sha256}) to {out_dir}/export_manifest.json")
+    click.echo(output.table(["artifact", "sha256", "bytes"], [[a["path"], a["sha256"], a["bytes"]] for a in listed]))
+
+
+@click.command("consumers")
+@click.argument("dataset")
+@format_option
+@click.pass_context
+@handle_errors
+def consumers(ctx: click.Context, dataset: str, fmt: str) -> None:
+    """Who reads DATASET: the columns `lakepub query`, Workspace.query and Workspace.connect
+    statements actually read (by consumer: $LAKEPUB_CONSUMER or the OS user; with last-seen
+    time), and the consumers its contract declares."""
+    from lakepub.contract.consumers import observed
+
+    config = _workspace_config(_root(ctx, required=True))
+    spec = config.dataset(dataset)
+    reads = observed(config.root, dataset)
+    declared = [{"name": c.name, "owner": c.owner, "columns": list(c.columns)} for c in spec.contract.terms.consumers]
+    if fmt == "json":
+        click.echo(output.to_json({"dataset": dataset, "contract": spec.contract.schema_ref,
+                                   "observed": [r.as_dict() for r in reads], "declared": declared}))
+        return
+    if reads:
+        click.echo(output.table(["column", "consumer", "via", "last seen", "first seen", "reads"],
+                                [[r.column or "(rows)", r.consumer, r.via, r.last_seen, r.first_seen, r.reads]
+                                 for r in reads]))
+    else:
+        click.echo(f"no reads of {dataset} recorded yet")
+    for d in declared:
+        click.echo(f"declared: {d['name']}" + (f" (owner {d['owner']})" if d["owner"] else "")
+                   + (f" reads {', '.join(d['columns'])}" if d["columns"] else ""))
+
+
+def register_cli(main: click.Group) -> None:
+    """Add ``contract`` (lint, check, export) and ``consumers`` to the ``lakepub`` group (idempotent)."""
+    if "contract" not in main.commands:
+        main.add_command(contract, "contract")
+    if "consumers" not in main.commands:
+        main.add_command(consumers, "consumers")

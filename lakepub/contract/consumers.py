@@ -1,0 +1,295 @@
+"""Observed consumers: which columns of which dataset were actually read, by whom, and when last.
+
+Seed 002: a change must be bound to its consumers, and a declared list misses the monthly
+finance job and the notebook nobody announced. So every ``lakepub query`` / ``Workspace.query``
+and every statement run on a ``Workspace.connect()`` connection records what it read: the SQL is
+parsed with sqlglot (DuckDB dialect), qualified against the published views' columns (so
+``SELECT *`` counts as reading every column, and a column read through a CTE, subquery or alias
+is traced back to its dataset), and each (dataset, column, consumer, via) gets its last-seen time
+and a read count in ``<workspace>/.lakepub/consumers.db`` (SQLite; concurrent processes are fine).
+A read of rows only (``count(*)``) is recorded with the column ``""``. ``DESCRIBE`` and plain
+``EXPLAIN`` read no data and are not recorded; ``SUMMARIZE`` reads every column.
+
+The consumer is ``$LAKEPUB_CONSUMER`` (a job's name), else the OS user. Recording never fails a
+query: any error (no sqlglot parse, a locked or unwritable file) is swallowed (``LAKEPUB_DEBUG=1``
+prints it). Cost: one parse + qualify per distinct SQL text (cached), ~1-3 ms; a
+(dataset, column, consumer, via) already written by this process in the last minute is not
+written again, so a loop over one query costs a dict lookup per call after the first.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import getpass
+import os
+import re
+import sqlite3
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+ROWS_ONLY = ""  # the column recorded for a read of rows only (count(*))
+_THROTTLE_S = 60.0
+_written: dict[tuple[str, str, str, str, str], float] = {}
+_EXPLAIN_ANALYZE = re.compile(r"^\s*EXPLAIN\s+ANALYZE\s+", re.IGNORECASE)
+_SCHEMA = """CREATE TABLE IF NOT EXISTS reads (
+  dataset TEXT NOT NULL, column_name TEXT NOT NULL, consumer TEXT NOT NULL, via TEXT NOT NULL,
+  first_seen TEXT NOT NULL, last_seen TEXT NOT NULL, reads INTEGER NOT NULL,
+  PRIMARY KEY (dataset, column_name, consumer, via))"""
+
+
+def store_path(root: Path) -> Path:
+    return Path(root) / ".lakepub" / "consumers.db"
+
+
+@dataclass(frozen=True)
+class Read:
+    dataset: str
+    column: str  # "" = rows only
+    consumer: str
+    via: str
+    first_seen: str
+    last_seen: str
+    reads: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def consumer_name() -> str:
+    name = os.environ.get("LAKEPUB_CONSUMER")
+    if name:
+        return name
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in this environment
+        return "unknown"
+
+
+# --- what a statement reads ---------------------------------------------------------------------
+
+
+def columns_read(sql: str, schema: Mapping[str, Mapping[str, str]]) -> dict[str, set[str]]:
+    """{dataset: columns} that ``sql`` reads, for the datasets of ``schema`` ({name: {column: type}})."""
+    key = tuple(sorted((t, tuple(sorted(cols.items()))) for t, cols in schema.items()))
+    return {t: set(cols) for t, cols in _columns_read(sql, key).items()}
+
+
+@functools.lru_cache(maxsize=512)
+def _columns_read(sql: str, schema_key: tuple) -> dict[str, frozenset[str]]:
+    import logging
+
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.optimizer.qualify import qualify
+    from sqlglot.optimizer.scope import traverse_scope
+
+    logging.getLogger("sqlglot").setLevel(logging.ERROR)
+    schema = {t.lower(): {c: ty for c, ty in cols} for t, cols in schema_key}
+    names = {t.lower(): t for t, _ in schema_key}
+    out: dict[str, set[str]] = {}
+    for stmt in sqlglot.parse(_EXPLAIN_ANALYZE.sub("", sql), read="duckdb"):
+        if stmt is None or isinstance(stmt, (exp.Describe, exp.Command)):
+            continue
+        if isinstance(stmt, exp.Summarize):
+            table = stmt.find(exp.Table)
+            if table is not None and table.name.lower() in schema:
+                out.setdefault(names[table.name.lower()], set()).update(schema[table.name.lower()])
+            continue
+        try:
+            stmt = qualify(stmt, schema=schema, dialect="duckdb", validate_qualify_columns=False)
+        except Exception:  # unqualifiable (an unknown column): count the tables it names, rows only
+            for table in stmt.find_all(exp.Table):
+                if table.name.lower() in schema:
+                    out.setdefault(names[table.name.lower()], set())
+            continue
+        for scope in traverse_scope(stmt):
+            for source in scope.sources.values():
+                if isinstance(source, exp.Table) and source.name.lower() in schema:
+                    out.setdefault(names[source.name.lower()], set())
+            for column in scope.columns:
+                source = scope.sources.get(column.table)
+                if isinstance(source, exp.Table) and source.name.lower() in schema:
+                    out.setdefault(names[source.name.lower()], set()).add(column.name)
+    return {t: frozenset(cols) for t, cols in out.items()}
+
+
+def view_schema(con: Any, datasets: Iterable[str]) -> dict[str, dict[str, str]]:
+    """{dataset: {column: type}} of the temp views a connection has for ``datasets``."""
+    wanted = list(datasets)
+    if not wanted:
+        return {}
+    marks = ", ".join("?" for _ in wanted)
+    rows = con.execute(f"SELECT table_name, column_name, data_type FROM duckdb_columns() "
+                       f"WHERE temporary AND table_name IN ({marks})", wanted).fetchall()
+    out: dict[str, dict[str, str]] = {}
+    for table, column, dtype in rows:
+        out.setdefault(table, {})[column] = dtype
+    return out
+
+
+# --- recording ----------------------------------------------------------------------------------
+
+
+def observe(root: Path, sql: str, schema: Mapping[str, Mapping[str, str]], via: str) -> None:
+    """Record what ``sql`` read; never raises."""
+    try:
+        reads = columns_read(sql, schema)
+        if reads:
+            record(root, reads, via)
+    except Exception as exc:  # recording is best effort: the query already succeeded
+        if os.environ.get("LAKEPUB_DEBUG"):
+            print(f"lakepub: consumer recording failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+def observe_connection(con: Any, root: Path, sql: str, datasets: Iterable[str], via: str) -> None:
+    """``observe`` with the columns of ``con``'s views of ``datasets``; never raises."""
+    try:
+        schema = view_schema(con, datasets)
+    except Exception:
+        return
+    observe(root, sql, schema, via)
+
+
+def record(root: Path, reads: Mapping[str, Iterable[str]], via: str, consumer: str | None = None) -> None:
+    consumer = consumer or consumer_name()
+    now_mono = time.monotonic()
+    rows = []
+    for dataset, columns in reads.items():
+        for column in (sorted(columns) or [ROWS_ONLY]):
+            key = (str(root), dataset, column, consumer, via)
+            if now_mono - _written.get(key, -_THROTTLE_S) < _THROTTLE_S:
+                continue
+            rows.append((dataset, column, consumer, via, key))
+    if not rows:
+        return
+    path = store_path(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    db = sqlite3.connect(path, timeout=1.0)
+    try:
+        with db:
+            db.execute(_SCHEMA)
+            db.executemany(
+                "INSERT INTO reads VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT (dataset, column_name, consumer, via) "
+                "DO UPDATE SET last_seen = excluded.last_seen, reads = reads + 1",
+                [(d, c, who, v, now, now) for d, c, who, v, _ in rows])
+    finally:
+        db.close()
+    for *_, key in rows:
+        _written[key] = now_mono
+
+
+def observed(root: Path, dataset: str | None = None) -> list[Read]:
+    """Recorded reads (of one dataset), by dataset, column, consumer."""
+    path = store_path(root)
+    if not path.is_file():
+        return []
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
+    try:
+        sql = "SELECT * FROM reads" + (" WHERE dataset = ?" if dataset else "") + \
+              " ORDER BY dataset, column_name, consumer, via"
+        return [Read(*row) for row in db.execute(sql, (dataset,) if dataset else ())]
+    except sqlite3.OperationalError:  # no table yet
+        return []
+    finally:
+        db.close()
+
+
+class ObservedConnection:
+    """A DuckDB connection (``Workspace.connect()``) that records what its statements read.
+
+    ``execute``, ``sql`` and ``query`` are recorded; everything else is the connection's own
+    (attribute access is forwarded), so it is used exactly like a ``DuckDBPyConnection``.
+    """
+
+    def __init__(self, con: Any, root: Path, datasets: Iterable[str]):
+        self._con, self._root, self._datasets = con, root, tuple(datasets)
+        self._schema: dict[str, dict[str, str]] | None = None
+
+    def _observe(self, sql: Any) -> None:
+        if not isinstance(sql, str) or not self._datasets:
+            return
+        try:
+            if self._schema is None:
+                self._schema = view_schema(self._con, self._datasets)
+        except Exception:
+            return
+        observe(self._root, sql, self._schema, "connect")
+
+    def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+        result = self._con.execute(query, *args, **kwargs)
+        self._observe(query)
+        return self if result is self._con else result
+
+    def sql(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+        result = self._con.sql(query, *args, **kwargs)
+        self._observe(query)
+        return result
+
+    query = sql
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._con, name)
+
+    def __enter__(self) -> "ObservedConnection":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._con.close()
+
+
+# --- who a change of a contract field reaches ----------------------------------------------------
+
+
+def dataset_columns(spec: Any, contract: Any, field: str | None) -> list[str]:
+    """The published columns of dataset ``spec`` that depend on contract ``field`` (None: the
+    key or every field): group_by / current columns of that name, measures whose expression
+    names it; the key, version and deleted flag decide which rows exist, so every column."""
+    described = spec.kind.describe()
+    measures = described.get("measures", {})
+    every = [*described.get("group_by", []), *described.get("key", []), *described.get("columns", []), *measures]
+    every = list(dict.fromkeys(every))
+    roles = {*contract.entity.key, contract.entity.version, contract.entity.deleted}
+    if field is None or field in roles:
+        return every
+    direct = [c for c in (*described.get("group_by", []), *described.get("key", []), *described.get("columns", []))
+              if c == field]
+    derived = [m for m, text in measures.items() if re.search(rf"\b{re.escape(field)}\b", str(text))]
+    return list(dict.fromkeys(direct + derived))
+
+
+class Affected:
+    """``affected(contract, field)``: the consumers a change of ``field`` reaches, declared
+    (the contract's ``consumers:``, other contracts whose ``lineage_bind.consume`` names it, the
+    workspace's datasets whose projection reads it) and observed (``consumers.db``)."""
+
+    def __init__(self, root: Path | None, datasets: Mapping[str, Any], contracts: Iterable[Any]):
+        self.root, self.datasets, self.contracts = root, datasets, list(contracts)
+        self._reads = observed(root) if root is not None else []
+
+    def __call__(self, contract: Any, field: str | None) -> list[str]:
+        out: list[str] = []
+        for c in contract.terms.consumers:
+            if field is None or not c.columns or field in c.columns:
+                owner = f", owner {c.owner}" if c.owner else ""
+                out.append(f"declared {c.name}{owner}")
+        for other in self.contracts:
+            if other.name != contract.name and any(ref.split("@")[0] == f"contracts/{contract.name}"
+                                                   for ref in other.terms.lineage_bind.consume):
+                out.append(f"declared {other.schema_ref} (lineage_bind.consume)")
+        for name, spec in sorted(self.datasets.items()):
+            if spec.contract.name != contract.name:
+                continue
+            columns = dataset_columns(spec, contract, field)
+            if not columns:
+                continue
+            out.append(f"dataset {name} ({', '.join(columns)})")
+            for r in self._reads:
+                if r.dataset == name and (r.column in columns or (field is None and r.column == ROWS_ONLY)):
+                    col = r.column or "rows"
+                    out.append(f"observed {r.consumer} via {r.via} reads {name}.{col} (last {r.last_seen}, {r.reads}x)")
+        return out
