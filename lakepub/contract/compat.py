@@ -19,7 +19,7 @@ as the *writer* (the data) and the other as the *reader* (the code reading it):
   optional-by-default refuses a required new field without default.
 
 Semantic changes cannot be seen structurally: a field's unit, description, time meaning or zone,
-its default, or a declared ``change.semantic`` entry is reported as *semantic*: an error until
+its default's value or kind (adding or dropping a default is structural), or a declared ``change.semantic`` entry is reported as *semantic*: an error until
 NEW records a sign-off (``change.signoff``) and enables ``shadow``; then a warning (the shadow
 comparison still has to pass before promotion).
 
@@ -266,7 +266,7 @@ def _semantic(old: Contract, new: Contract) -> list[Finding]:
                 _unit(new, nf) if key == "unit" else getattr(nf, key)
             if (before or None) != (after or None):
                 changes.append((nf.name, f"{label} changes from {before!r} to {after!r}"))
-        if of.default != nf.default:
+        if of.default is not None and nf.default is not None and of.default != nf.default:
             changes.append((nf.name, f"default changes from {_default(of)} to {_default(nf)}"))
     changes += [(s.field, f"declared: {s.what}") for s in new.terms.change.semantic]
     signoff, shadow = new.terms.change.signoff, new.terms.shadow.enabled

@@ -99,7 +99,7 @@ def parse_range(rule: str) -> tuple[float | None, bool, float | None, bool]:
     """``(lo, lo_inclusive, hi, hi_inclusive)``; ValueError naming the accepted form."""
     m = _RANGE.match(rule)
     if not m:
-        raise ValueError(f"must look like '[lo, hi]' (brackets inclusive, parentheses exclusive, a bound may be empty)")
+        raise ValueError("must look like '[lo, hi]' (brackets inclusive, parentheses exclusive, a bound may be empty)")
     bounds = []
     for text in (m.group(2), m.group(3)):
         if text == "":
