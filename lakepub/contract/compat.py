@@ -6,7 +6,8 @@ as the *writer* (the data) and the other as the *reader* (the code reading it):
 
 * backward: NEW reads OLD's data (reader NEW, writer OLD); forward: OLD reads NEW's data; both:
   both, against every earlier version given (transitive, like Schema Registry's ``FULL_TRANSITIVE``);
-  break: anything, but it is a breaking change (major version, ``shadow.enabled``).
+  break: anything (structural and policy findings are warnings), but it is a breaking change
+  (major version, ``shadow.enabled``); semantic changes still need their sign-off.
 * A reader field the writer lacks is filled with its default, else null if nullable, else the
   reader cannot parse. A writer field the reader lacks is ignored. A type must be the same or an
   Iceberg promotion (int->long, float->double, decimal(p,s)->decimal(P,s) with P >= p); narrowing
@@ -24,7 +25,8 @@ NEW records a sign-off (``change.signoff``) and enables ``shadow``; then a warni
 comparison still has to pass before promotion).
 
 Versions: NEW must be higher than the latest OLD; a minor bump only for a compatible change, a
-major bump for a breaking one. Every finding names its failure mode (old reader cannot parse,
+major bump for a breaking one (a new major version starts a new compatibility line: its breaking
+findings are warnings, published beside the old version, never in place). Every finding names its failure mode (old reader cannot parse,
 new reader cannot parse old data, field becomes null, enum falls to default, join key changes,
 partition pruning lost, metric drift) and the consumers it affects (``consumers.Affected``).
 """
@@ -110,8 +112,10 @@ def check(olds: list[Contract], new: Contract,
         out += _keys(old, new)
     out += _policy(previous, new)
     out += _semantic(previous, new)
-    if mode == "break":  # breaking is allowed; it is reported, and the version must say so
-        out = [replace(f, level="warning") if f.level == "error" and f.breaking else f for f in out]
+    if mode == "break" or _major(new) > _major(previous):
+        # a new major version starts a new compatibility line: breaking is reported, not refused
+        out = [replace(f, level="warning") if f.level == "error" and (f.breaking or f.kind == "policy") else f
+               for f in out]
     out = _dedupe(out)
     out += _version(previous, new, any(f.breaking for f in out))
     result.findings = [replace(f, consumers=tuple(affected(new if f.field in new.names or f.field is None else previous,
@@ -292,6 +296,13 @@ def _unit(c: Contract, f: FieldSpec) -> str | None:
 
 def _default(f: FieldSpec) -> str:
     return "none" if f.default is None else f"{f.default.value!r} ({f.default.kind})"
+
+
+def _major(c: Contract) -> int:
+    try:
+        return int(c.version.split(".")[0])
+    except ValueError:
+        return -1
 
 
 def _version(old: Contract, new: Contract, breaking: bool) -> list[Finding]:
