@@ -124,7 +124,7 @@ def view_schema(con: Any, datasets: Iterable[str]) -> dict[str, dict[str, str]]:
         return {}
     marks = ", ".join("?" for _ in wanted)
     rows = con.execute(f"SELECT table_name, column_name, data_type FROM duckdb_columns() "
-                       f"WHERE temporary AND table_name IN ({marks})", wanted).fetchall()
+                       f"WHERE database_name = 'temp' AND table_name IN ({marks})", wanted).fetchall()
     out: dict[str, dict[str, str]] = {}
     for table, column, dtype in rows:
         out.setdefault(table, {})[column] = dtype
@@ -141,15 +141,20 @@ def observe(root: Path, sql: str, schema: Mapping[str, Mapping[str, str]], via: 
         if reads:
             record(root, reads, via)
     except Exception as exc:  # recording is best effort: the query already succeeded
-        if os.environ.get("LAKEPUB_DEBUG"):
-            print(f"lakepub: consumer recording failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        _debug(exc)
+
+
+def _debug(exc: Exception) -> None:
+    if os.environ.get("LAKEPUB_DEBUG"):
+        print(f"lakepub: consumer recording failed: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 def observe_connection(con: Any, root: Path, sql: str, datasets: Iterable[str], via: str) -> None:
     """``observe`` with the columns of ``con``'s views of ``datasets``; never raises."""
     try:
         schema = view_schema(con, datasets)
-    except Exception:
+    except Exception as exc:
+        _debug(exc)
         return
     observe(root, sql, schema, via)
 
@@ -210,24 +215,29 @@ class ObservedConnection:
         self._con, self._root, self._datasets = con, root, tuple(datasets)
         self._schema: dict[str, dict[str, str]] | None = None
 
-    def _observe(self, sql: Any) -> None:
-        if not isinstance(sql, str) or not self._datasets:
-            return
-        try:
-            if self._schema is None:
-                self._schema = view_schema(self._con, self._datasets)
-        except Exception:
-            return
-        observe(self._root, sql, self._schema, "connect")
+    def _views(self) -> dict[str, dict[str, str]]:
+        """The views' columns, read once, before any user statement (a query on the connection
+        afterwards would replace the user's pending result)."""
+        if self._schema is None:
+            try:
+                self._schema = view_schema(self._con, self._datasets) if self._datasets else {}
+            except Exception as exc:
+                _debug(exc)
+                self._schema = {}
+        return self._schema
 
     def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+        schema = self._views()
         result = self._con.execute(query, *args, **kwargs)
-        self._observe(query)
+        if isinstance(query, str) and schema:
+            observe(self._root, query, schema, "connect")
         return self if result is self._con else result
 
     def sql(self, query: Any, *args: Any, **kwargs: Any) -> Any:
+        schema = self._views()
         result = self._con.sql(query, *args, **kwargs)
-        self._observe(query)
+        if isinstance(query, str) and schema:
+            observe(self._root, query, schema, "connect")
         return result
 
     query = sql
