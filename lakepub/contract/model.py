@@ -17,10 +17,17 @@
     extra_fields: refuse        # refuse (default) | ignore: an input field not declared here
                                 # (a contract without ``entity:`` defaults to ignore, as it always did)
 
+A field's mapping may also say ``description``, ``unit``, ``time_meaning``, ``timezone``,
+``deprecated`` and ``default: {value, kind: business | unknown | history_only}``; the change
+protocol's sections (compat_mode, evolution_policy, constraints, validation, shadow, lineage_bind,
+owner, freshness, grace_period, status, consumers, change) are typed in ``contract/spec.py`` and
+kept on ``Contract.terms``; ``Contract.sha256`` hashes the canonical form (``canonical.py``).
+
 Invariants checked when the file is read (each violation is one ``ConfigError`` line naming the
 file and the key): field names are identifiers and not the ledger's own columns; every type is
 one of ``contract.types``; the key, version and deleted fields are declared, of the right types
-and never nullable. A contract without ``entity:`` (the original orders contract) takes its
+and never nullable; every column a constraint, consumer or semantic change names is declared; a
+default's value has the field's type; a written ``schema_ref`` is the name's and version's. A contract without ``entity:`` (the original orders contract) takes its
 roles from ``constraints.primary_key`` (the key is the primary key without ``version``) and a
 boolean field named ``deleted``, so it keeps working as written.
 """
