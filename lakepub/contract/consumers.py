@@ -2,19 +2,22 @@
 
 Seed 002: a change must be bound to its consumers, and a declared list misses the monthly
 finance job and the notebook nobody announced. So every ``lakepub query`` / ``Workspace.query``
-and every statement run on a ``Workspace.connect()`` connection records what it read: the SQL is
-parsed with sqlglot (DuckDB dialect), qualified against the published views' columns (so
-``SELECT *`` counts as reading every column, and a column read through a CTE, subquery or alias
-is traced back to its dataset), and each (dataset, column, consumer, via) gets its last-seen time
-and a read count in ``<workspace>/.lakepub/consumers.db`` (SQLite; concurrent processes are fine).
-A read of rows only (``count(*)``) is recorded with the column ``""``. ``DESCRIBE`` and plain
-``EXPLAIN`` read no data and are not recorded; ``SUMMARIZE`` reads every column.
+and every statement run on a ``Workspace.connect()`` connection is recorded in
+``<workspace>/.lakepub/consumers.db`` (SQLite; concurrent processes are fine): its SQL text, the
+columns of the views it ran against, the consumer and the interface (``via``), with first/last
+seen time and a count. Reading the record (``observed``: ``lakepub consumers``, ``contract
+check``) parses each new statement once with sqlglot (DuckDB dialect), qualified against those
+columns, so ``SELECT *`` counts as reading every column and a column read through a CTE,
+subquery or alias is traced to its dataset; the result is stored beside the statement. A read
+of rows only (``count(*)``) is the column ``""``. ``DESCRIBE`` and plain ``EXPLAIN`` read no data;
+``SUMMARIZE`` reads every column.
 
-The consumer is ``$LAKEPUB_CONSUMER`` (a job's name), else the OS user. Recording never fails a
-query: any error (no sqlglot parse, a locked or unwritable file) is swallowed (``LAKEPUB_DEBUG=1``
-prints it). Cost: one parse + qualify per distinct SQL text (cached), ~1-3 ms; a
-(dataset, column, consumer, via) already written by this process in the last minute is not
-written again, so a loop over one query costs a dict lookup per call after the first.
+Parsing at read time keeps sqlglot (~0.3 s to import its optimizer) out of the query path. The
+consumer is ``$LAKEPUB_CONSUMER`` (a job's name), else the OS user. Recording never fails a
+query: any error (a locked or unwritable file) is swallowed (``LAKEPUB_DEBUG=1`` prints it). A
+statement already written by this process in the last minute is not written again (the count
+undercounts tight loops), and the views' columns are read once per published state. Measured by
+``scripts/bench/consumers.py`` (1,000 orders, one run; see its output for the figures).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import getpass
+import hashlib
+import json
 import os
 import re
 import sqlite3
@@ -33,12 +38,12 @@ from typing import Any, Iterable, Mapping
 
 ROWS_ONLY = ""  # the column recorded for a read of rows only (count(*))
 _THROTTLE_S = 60.0
-_written: dict[tuple[str, str, str, str, str], float] = {}
+_written: dict[tuple[str, str, str, str], float] = {}
 _EXPLAIN_ANALYZE = re.compile(r"^\s*EXPLAIN\s+ANALYZE\s+", re.IGNORECASE)
-_SCHEMA = """CREATE TABLE IF NOT EXISTS reads (
-  dataset TEXT NOT NULL, column_name TEXT NOT NULL, consumer TEXT NOT NULL, via TEXT NOT NULL,
-  first_seen TEXT NOT NULL, last_seen TEXT NOT NULL, reads INTEGER NOT NULL,
-  PRIMARY KEY (dataset, column_name, consumer, via))"""
+_TABLE = """CREATE TABLE IF NOT EXISTS statements (
+  id TEXT NOT NULL, consumer TEXT NOT NULL, via TEXT NOT NULL, sql TEXT NOT NULL, views TEXT NOT NULL,
+  reads TEXT, first_seen TEXT NOT NULL, last_seen TEXT NOT NULL, count INTEGER NOT NULL,
+  PRIMARY KEY (id, consumer, via))"""
 
 
 def store_path(root: Path) -> Path:
@@ -131,15 +136,15 @@ def view_schema(con: Any, datasets: Iterable[str]) -> dict[str, dict[str, str]]:
     return out
 
 
-# --- recording ----------------------------------------------------------------------------------
+# --- recording (the query path: no parsing) -----------------------------------------------------
 
 
-def observe(root: Path, sql: str, schema: Mapping[str, Mapping[str, str]], via: str) -> None:
-    """Record what ``sql`` read; never raises."""
+def observe(root: Path, sql: str, schema: Mapping[str, Mapping[str, str]], via: str,
+            consumer: str | None = None) -> None:
+    """Record that ``sql`` ran against views with ``schema``; never raises."""
     try:
-        reads = columns_read(sql, schema)
-        if reads:
-            record(root, reads, via)
+        if schema:
+            _record(root, sql, schema, via, consumer or consumer_name())
     except Exception as exc:  # recording is best effort: the query already succeeded
         _debug(exc)
 
@@ -149,59 +154,89 @@ def _debug(exc: Exception) -> None:
         print(f"lakepub: consumer recording failed: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
-def observe_connection(con: Any, root: Path, sql: str, datasets: Iterable[str], via: str) -> None:
-    """``observe`` with the columns of ``con``'s views of ``datasets``; never raises."""
+_SCHEMAS: dict[tuple[tuple[str, str], ...], dict[str, dict[str, str]]] = {}
+
+
+def observe_connection(con: Any, root: Path, sql: str, published: Mapping[str, str], via: str) -> None:
+    """``observe`` with the columns of ``con``'s views of the ``published`` datasets ({name:
+    metadata location}; the columns of one location never change, so they are read once); never raises."""
+    key = tuple(sorted(published.items()))
     try:
-        schema = view_schema(con, datasets)
+        schema = _SCHEMAS.get(key)
+        if schema is None:
+            if len(_SCHEMAS) > 64:  # one entry per published state seen by this process
+                _SCHEMAS.clear()
+            schema = _SCHEMAS[key] = view_schema(con, published)
     except Exception as exc:
         _debug(exc)
         return
     observe(root, sql, schema, via)
 
 
-def record(root: Path, reads: Mapping[str, Iterable[str]], via: str, consumer: str | None = None) -> None:
-    consumer = consumer or consumer_name()
+def _record(root: Path, sql: str, schema: Mapping[str, Mapping[str, str]], via: str, consumer: str) -> None:
+    views = json.dumps(schema, sort_keys=True, separators=(",", ":"))
+    sid = hashlib.sha256(f"{sql}\0{views}".encode("utf-8")).hexdigest()[:32]
+    key = (str(root), sid, consumer, via)
     now_mono = time.monotonic()
-    rows = []
-    for dataset, columns in reads.items():
-        for column in (sorted(columns) or [ROWS_ONLY]):
-            key = (str(root), dataset, column, consumer, via)
-            if now_mono - _written.get(key, -_THROTTLE_S) < _THROTTLE_S:
-                continue
-            rows.append((dataset, column, consumer, via, key))
-    if not rows:
+    if now_mono - _written.get(key, -_THROTTLE_S) < _THROTTLE_S:
         return
     path = store_path(root)
     path.parent.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     db = sqlite3.connect(path, timeout=1.0)
     try:
+        db.execute("PRAGMA synchronous = OFF")  # an observation: losing the last one in a crash is fine
         with db:
-            db.execute(_SCHEMA)
-            db.executemany(
-                "INSERT INTO reads VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT (dataset, column_name, consumer, via) "
-                "DO UPDATE SET last_seen = excluded.last_seen, reads = reads + 1",
-                [(d, c, who, v, now, now) for d, c, who, v, _ in rows])
+            db.execute(_TABLE)
+            db.execute("INSERT INTO statements VALUES (?, ?, ?, ?, ?, NULL, ?, ?, 1) ON CONFLICT (id, consumer, via) "
+                       "DO UPDATE SET last_seen = excluded.last_seen, count = count + 1",
+                       (sid, consumer, via, sql, views, now, now))
     finally:
         db.close()
-    for *_, key in rows:
-        _written[key] = now_mono
+    _written[key] = now_mono
+
+
+# --- reading the record (parses new statements once) ---------------------------------------------
 
 
 def observed(root: Path, dataset: str | None = None) -> list[Read]:
-    """Recorded reads (of one dataset), by dataset, column, consumer."""
+    """Recorded reads (of one dataset), by dataset, column, consumer and via."""
     path = store_path(root)
     if not path.is_file():
         return []
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
+    db = sqlite3.connect(path, timeout=5.0)
     try:
-        sql = "SELECT * FROM reads" + (" WHERE dataset = ?" if dataset else "") + \
-              " ORDER BY dataset, column_name, consumer, via"
-        return [Read(*row) for row in db.execute(sql, (dataset,) if dataset else ())]
-    except sqlite3.OperationalError:  # no table yet
-        return []
+        try:
+            rows = db.execute("SELECT id, consumer, via, sql, views, reads, first_seen, last_seen, count "
+                              "FROM statements").fetchall()
+        except sqlite3.OperationalError:  # no table yet
+            return []
+        parsed = []
+        for sid, consumer, via, sql, views, reads, first, last, count in rows:
+            if reads is None:
+                try:
+                    found = columns_read(sql, json.loads(views))
+                except Exception:  # sqlglot cannot parse it: it read nothing we can name
+                    found = {}
+                reads = json.dumps({t: sorted(c) for t, c in found.items()}, sort_keys=True)
+                try:
+                    with db:
+                        db.execute("UPDATE statements SET reads = ? WHERE id = ? AND consumer = ? AND via = ?",
+                                   (reads, sid, consumer, via))
+                except sqlite3.Error:  # read-only or locked: parsed again next time
+                    pass
+            parsed.append((json.loads(reads), consumer, via, first, last, count))
     finally:
         db.close()
+    merged: dict[tuple[str, str, str, str], list[Any]] = {}
+    for reads, consumer, via, first, last, count in parsed:
+        for table, columns in reads.items():
+            if dataset is not None and table != dataset:
+                continue
+            for column in columns or [ROWS_ONLY]:
+                m = merged.setdefault((table, column, consumer, via), [first, last, 0])
+                m[0], m[1], m[2] = min(m[0], first), max(m[1], last), m[2] + count
+    return [Read(t, c, who, v, *m) for (t, c, who, v), m in sorted(merged.items())]
 
 
 class ObservedConnection:
