@@ -37,6 +37,7 @@ from lakepub.store.layout import ledger_id, summary_id
 from lakepub.store.record import latest_record
 
 if TYPE_CHECKING:
+    from lakepub.contract.consumers import ObservedConnection
     from lakepub.reports import DatasetStatus, LogEntry, VerifyReport
 
 EventsInput = str | Path | pa.Table | Iterable[Mapping[str, Any]]
@@ -202,11 +203,12 @@ class Workspace:
         return out
 
     @classified
-    def connect(self) -> duckdb.DuckDBPyConnection:
+    def connect(self) -> "ObservedConnection":
         """A DuckDB connection with a view per published dataset, pinned to its published snapshot.
 
-        The columns its statements read are recorded (``lakepub consumers``). Unrestricted, for
-        Python code that owns the process: it can read and write any file
+        A ``DuckDBPyConnection`` whose ``execute``/``sql``/``query`` statements are recorded
+        (``lakepub consumers``; everything else is forwarded as is). Unrestricted, for Python code
+        that owns the process: it can read and write any file
         (``COPY ... TO``), ATTACH and load extensions, like any DuckDB connection, and nothing stops
         it from overwriting the warehouse's files. Run SQL you did not write through ``query``,
         which is sandboxed.

@@ -99,3 +99,16 @@ def test_every_publish_records_the_contract_ref_and_sha256(cli, ws_path: Path):
     out = ws_path / "export"
     result = cli("contract", "export", "contracts/orders@v1.0", "--out", str(out), "--format", "json")
     assert result.json()["export_manifest"]["artifacts"][0]["sha256"] == contract.sha256
+
+
+def test_the_query_path_does_not_import_sqlglot(cli, ws_path: Path):
+    """Parsing happens when the record is read (`lakepub consumers`, `contract check`), so a
+    `lakepub query` process never pays sqlglot's import."""
+    _published(cli, ws_path)
+    code = ("import sys; from lakepub.workspace import Workspace; "
+            f"Workspace.open({str(ws_path)!r}).query('SELECT cents FROM orders_daily'); "
+            "assert not [m for m in sys.modules if m.startswith('sqlglot')]")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    reads = cli("consumers", "orders_daily", "--format", "json").json()["observed"]
+    assert [(r["column"], r["via"]) for r in reads] == [("cents", "query")]
