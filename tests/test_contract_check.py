@@ -135,6 +135,20 @@ def test_text_report_cites_the_new_file_and_line(tmp_path: Path):
     assert "breaking, refused" in result.stderr
 
 
+def test_an_enum_added_where_there_was_none_narrows_what_old_data_may_hold(tmp_path: Path):
+    old_doc = copy.deepcopy(BASE)
+    old_doc["constraints"] = {}
+    new_doc = copy.deepcopy(BASE)
+    new_doc["version"] = "1.1"
+    code, report, _ = check(write(tmp_path, old_doc), write(tmp_path, new_doc))
+    [f] = [f for f in report["findings"] if f["rule"] == "COMPAT.ENUM_SYMBOL"]
+    assert code == 1 and f["breaking"] and "(any value: no enum)" in f["message"]
+    new_doc["constraints"]["enum"][0].update(on_new="map-to-other", other="err")
+    code, report, _ = check(tmp_path / "shop@v1.0.yaml", write(tmp_path, new_doc))
+    [f] = [f for f in report["findings"] if f["rule"] == "COMPAT.ENUM_SYMBOL"]
+    assert code == 0 and f["level"] == "warning" and f["failure_mode"] == "enum falls to default"
+
+
 def test_removal_needs_deprecation_first_and_forbid_refuses_it(tmp_path: Path):
     old_doc = copy.deepcopy(BASE)
     new_doc = copy.deepcopy(BASE)
@@ -194,6 +208,8 @@ def test_check_names_dataset_and_other_contract_consumers_in_a_workspace(ws_path
     downstream = copy.deepcopy(BASE)
     downstream.update(name="invoices", lineage_bind={"consume": ["contracts/orders@v1.0"]})
     write(contracts, downstream)
+    downstream.update(name="refunds", lineage_bind={"consume": ["orders_daily"]})  # a dataset of it
+    write(contracts, downstream)
     new = yaml.safe_load((contracts / "orders@v1.0.yaml").read_text())
     new["version"] = "1.1"
     new["fields"]["cents"] = {"type": "long", "unit": "EUR/100"}  # semantic: a unit where there was none
@@ -202,7 +218,9 @@ def test_check_names_dataset_and_other_contract_consumers_in_a_workspace(ws_path
     code, report, _ = check("contracts/orders@v1.0", new_path, ws=ws_path)  # a schema ref of the catalog
     [f] = [f for f in report["findings"] if f["rule"] == "SEMANTIC.CHANGED"]
     assert code == 1 and f["field"] == "cents"
-    assert f["consumers"] == ["declared contracts/invoices@v1.0 (lineage_bind.consume)", "dataset orders_daily (cents)"]
+    assert f["consumers"] == ["declared contracts/invoices@v1.0 (lineage_bind.consume)",
+                              "declared contracts/refunds@v1.0 (lineage_bind.consume of dataset orders_daily)",
+                              "dataset orders_daily (cents)"]
 
 
 def test_export_manifest_lists_artifacts_with_sha256(tmp_path: Path):

@@ -187,7 +187,8 @@ def _enum_symbols(reader: Contract, writer: Contract, name: str, who: str, canno
     r_enum, w_enum = _enum(reader, name), _enum(writer, name)
     if r_enum is None:
         return []
-    unknown = [v for v in (w_enum.values if w_enum else []) if v not in r_enum.values]
+    # a writer without an enum may write any value: the reader's enum narrows the domain
+    unknown = [v for v in w_enum.values if v not in r_enum.values] if w_enum else ["(any value: no enum)"]
     if not unknown:
         return []
     if r_enum.on_new in ("unknown", "map-to-other"):

@@ -322,10 +322,15 @@ class Affected:
             if field is None or not c.columns or field in c.columns:
                 owner = f", owner {c.owner}" if c.owner else ""
                 out.append(f"declared {c.name}{owner}")
+        own = {n for n, spec in self.datasets.items() if spec.contract.name == contract.name}
         for other in self.contracts:
-            if other.name != contract.name and any(ref.split("@")[0] == f"contracts/{contract.name}"
-                                                   for ref in other.terms.lineage_bind.consume):
+            if other.name == contract.name:
+                continue
+            refs = other.terms.lineage_bind.consume
+            if any(ref.split("@")[0] == f"contracts/{contract.name}" for ref in refs):
                 out.append(f"declared {other.schema_ref} (lineage_bind.consume)")
+            for name in sorted(own.intersection(refs)):
+                out.append(f"declared {other.schema_ref} (lineage_bind.consume of dataset {name})")
         for name, spec in sorted(self.datasets.items()):
             if spec.contract.name != contract.name:
                 continue
