@@ -214,3 +214,10 @@ def test_unknown_or_wrong_keys_are_exit_2_naming_file_and_key(ws_path: Path, cli
     assert result.code == 2 and "Traceback" not in result.err
     assert str(path) in result.err and f"'{key}'" in result.err, result.err
     assert len(result.err.strip().splitlines()) == 1
+
+
+def test_a_file_that_is_not_yaml_is_one_finding_at_its_line(tmp_path: Path):
+    path = tmp_path / "x@v1.0.yaml"
+    path.write_text('name: x\nversion: "1.0"\nfields: [a\n')
+    code, found = findings(path)
+    assert code == 1 and [(f["rule"], f["line"]) for f in found] == [("SCHEMA.VALID", 4)]

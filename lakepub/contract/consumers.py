@@ -17,7 +17,9 @@ consumer is ``$LAKEPUB_CONSUMER`` (a job's name), else the OS user. Recording ne
 query: any error (a locked or unwritable file) is swallowed (``LAKEPUB_DEBUG=1`` prints it). A
 statement already written by this process in the last minute is not written again (the count
 undercounts tight loops), and the views' columns are read once per published state. Measured by
-``scripts/bench/consumers.py`` (1,000 orders, one run; see its output for the figures).
+``scripts/bench/consumers.py --queries 200`` (1,000 orders; medians of interleaved series on a
+shared 2-core machine): a repeated query 0.91-0.97x of ``Workspace.query`` without recording
+(within noise), a new SQL text every call 1.04-1.24x (+0.6-2.5 ms: one SQLite upsert).
 """
 
 from __future__ import annotations
