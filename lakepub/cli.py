@@ -250,6 +250,8 @@ def demo(folder: Path, events: int, days: int, seed: int, max_batch: int) -> Non
 from lakepub.maintenance.cli import register_cli  # noqa: E402 - adds `janitor`, kept in its package
 
 register_cli(main)
+from lakepub.lineage.cli import register_cli as _lineage  # noqa: E402 - explain, diff, report
+_lineage(main)
 
 if __name__ == "__main__":
     main()
