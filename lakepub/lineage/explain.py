@@ -28,6 +28,7 @@ before that compaction list only the versions the compacted ledger still names.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,7 +144,8 @@ def parse_group(text: str | None, group_by: list[str], where: str = "--group") -
     """``--group``: a value (one group column), or ``col=value,col=value``; values compare as text."""
     if text is None:
         return None
-    if len(group_by) == 1 and not text.startswith(f"{group_by[0]}="):
+    named = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)=", text)
+    if len(group_by) == 1 and not named:
         return {group_by[0]: text}
     out = {}
     for part in text.split(","):
@@ -200,6 +202,11 @@ def explain(ws, dataset: str, partition: str, group_text: str | None = None) -> 
         known = sorted(set(live.column("_label").to_pylist()))
         raise UserError(f"--partition: no version of any entity of '{dataset}' lies in partition {partition!r} "
                         f"and no retained publish rewrote it (partitions look like: {', '.join(known[:5]) or 'none'})")
+    if group is not None and not any(
+            proj.live(r) and r["_label"] == partition and all(show(r[k]) == v for k, v in group.items())
+            for r in kept.select([*group, "_label", *([proj.deleted] if proj.deleted else [])]).to_pylist()):
+        raise UserError(f"--group: no version of any entity of '{dataset}' lies in group "
+                        f"{', '.join(f'{k}={v}' for k, v in group.items())} of partition {partition!r}")
     order = {p.batch_id: p.order for p in history}
     by_order = {p.order: p for p in history}
     events, unknown = _replay(kept, proj, order, partition, group)
@@ -274,29 +281,28 @@ def _note(p: Publish, events: list[Event], rewrote: bool, comps: list[Compaction
         return "ledger compaction: data unchanged"
     lost = [c for c in comps if not c.base_retained and _older(p, c)]
     if lost:
-        return (f"published before the compaction of {lost[0].committed_at}, whose base ledger snapshot is "
-                "expired: only the versions the compacted ledger still names are listed")
+        return (f"published before the compaction of {lost[0].committed_at or '(date expired)'}, whose base "
+                "ledger snapshot is expired: only the versions the compacted ledger still names are listed")
     if rewrote and not events:
         return "no input event of this publish is still known"
     return None
 
 
 def _older(p: Publish, c: Compaction) -> bool:
-    return p.order < c.order
+    if c.order >= 0:
+        return p.order < c.order
+    return c.timestamp_ms is not None and p.timestamp_ms <= c.timestamp_ms
 
 
 def _notes(comps: list[Compaction], unknown: int, history: list[Publish], by_order: dict[int, Publish]) -> list[str]:
     notes = []
     for c in comps:
-        base = f"ledger snapshot {c.base}" if c.base is not None else "the compaction"
         if c.base_retained:
-            notes.append(f"versions before {base} were compacted on {c.committed_at} (compaction snapshot "
-                         f"{c.snapshot_id}, {c.rows_before} -> {c.rows_after} ledger rows); that ledger snapshot is "
-                         "still retained, so their publishes are listed in full")
+            notes.append(f"{c.describe()}; that ledger snapshot is still retained, so their publishes are "
+                         "listed in full")
         else:
-            notes.append(f"versions before {base} were compacted on {c.committed_at} (compaction snapshot "
-                         f"{c.snapshot_id}, {c.rows_before} -> {c.rows_after} ledger rows) and that ledger snapshot "
-                         "was expired: a version below an entity's kept row is known without its publish")
+            notes.append(f"{c.describe()}, and the versions it folded were expired with their ledger "
+                         "snapshots: a version below an entity's kept row is known without its publish")
     if unknown:
         oldest = by_order.get(0)
         since = f" (the oldest retained is snapshot {oldest.snapshot_id} of {oldest.committed_at})" if oldest else ""

@@ -58,19 +58,28 @@ class Publish:
 
 @dataclass(frozen=True)
 class Compaction:
-    """A ledger compaction as the published table recorded it."""
+    """A ledger compaction, as the published table recorded it (or, once the janitor expired
+    that record, as the ledger still shows it: its snapshot's summary, else its ``history``)."""
 
-    snapshot_id: int
-    committed_at: str
+    snapshot_id: int | None  # the published snapshot that recorded it (None: record expired)
+    committed_at: str | None  # None: no record of it is left, only the compacted ledger rows
     ledger_snapshot: int | None  # the compacted ledger snapshot
     base: int | None  # the ledger snapshot it compacted (None if the publish before it is not retained)
     base_retained: bool  # still in the ledger's metadata: its versions keep their batches
-    rows_before: int
-    rows_after: int
-    order: int  # the compaction's place in the publish history (0 = the oldest retained)
+    rows_before: int | None
+    rows_after: int | None
+    order: int  # its place in the publish history (0 = the oldest retained; -1 = its record expired)
+    timestamp_ms: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def describe(self) -> str:
+        when = f"on {self.committed_at}" if self.committed_at else "at a date no record keeps any more"
+        rows = f", {self.rows_before} -> {self.rows_after} ledger rows" if self.rows_before is not None else ""
+        where = f" (compaction snapshot {self.snapshot_id}{rows})" if self.snapshot_id else (f" ({rows[2:]})" if rows else "")
+        base = f"ledger snapshot {self.base}" if self.base is not None else "the compaction"
+        return f"versions before {base} were compacted {when}{where}"
 
 
 def iso(ms: int) -> str:
@@ -86,7 +95,9 @@ def publishes(table: Table) -> list[Publish]:
 
 def compactions(history: list[Publish], ledger: Table) -> list[Compaction]:
     """The compactions in ``history`` (newest first), each with the ledger snapshot it compacted:
-    the one named by the publish just before it."""
+    the one named by the publish just before it. A compacted ledger (``history`` column) whose
+    compaction record the janitor expired gives one entry from the ledger snapshot that still
+    says so (``lakepub.compaction`` in its summary), else one without a date."""
     out = []
     for i, p in enumerate(history):
         if p.kind != "compaction":
@@ -95,8 +106,18 @@ def compactions(history: list[Publish], ledger: Table) -> list[Compaction]:
         retained = before is not None and ledger.snapshot_by_id(before) is not None
         out.append(Compaction(p.snapshot_id, p.committed_at, p.record.ledger_snapshot, before, retained,
                               int(p.record.batch.get("rows_before", 0)), int(p.record.batch.get("rows_after", 0)),
-                              p.order))
-    return out
+                              p.order, p.timestamp_ms))
+    if out or "history" not in ledger.schema().column_names:
+        return out
+    marked = [s for s in ledger.metadata.snapshots
+              if s.summary is not None and "lakepub.compaction" in s.summary.additional_properties]
+    if marked:
+        newest = max(marked, key=lambda s: s.sequence_number)
+        before, _, after = newest.summary.additional_properties["lakepub.compaction"].partition("->")
+        return [Compaction(None, iso(newest.timestamp_ms), newest.snapshot_id, None, False,
+                           int(before) if before.isdigit() else None, int(after) if after.isdigit() else None, -1,
+                           newest.timestamp_ms)]
+    return [Compaction(None, None, None, None, False, None, None, -1)]
 
 
 def published_ledger_snapshot(table: Table, ledger: Table) -> int | None:
