@@ -31,11 +31,11 @@ from lakepub.report import svg
 
 MAX_POINTS = 366  # values of the partition column drawn (the newest ones)
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2630;background:#fff}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;font-size:14px;margin:24px;color:#1d2630;background:#fff}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d8dee4}
 h3{font-size:15px;margin:18px 0 6px}.meta{color:#57606a;font-size:13px}
 table{border-collapse:collapse;font-size:12px;margin:6px 0 12px}
-th,td{border:1px solid #d8dee4;padding:3px 7px;text-align:left}th{background:#f3f5f7}
+th,td{border:1px solid #d8dee4;padding:3px 7px;text-align:left;white-space:nowrap}th{background:#f3f5f7}
 td.num{text-align:right;font-variant-numeric:tabular-nums}.ok{color:#1a7f37;font-weight:600}
 .bad{color:#cf222e;font-weight:600}.charts{display:flex;flex-wrap:wrap;gap:8px}
 svg.chart{background:#fbfcfd;border:1px solid #e4e8ec}svg .bar{fill:#3b78c3}svg .line{stroke:#d9822b;stroke-width:2}
@@ -145,17 +145,18 @@ def _timeline(ws, spec, history) -> str:
         events.append(counts.events)
         durations.append(duration)
         lags.append(lag)
-        rows.append([p.committed_at, p.kind, p.batch_id[:12], str(batch.get("source", "")), _vector(batch.get("start")),
+        rows.append([p.committed_at[:19].replace("T", " "), p.kind, p.batch_id[:12], str(batch.get("source", "")), _vector(batch.get("start")),
                      _vector(batch.get("end")), counts.events, counts.entities_changed, counts.duplicates,
                      counts.deletes, counts.partitions_rewritten,
                      "-" if duration is None else f"{duration:.3f}", "-" if lag is None else f"{lag:.1f}"])
-    labels = [p.committed_at[11:19] for p in oldest_first]
-    charts = [svg.bar_chart("events per publish", "timeline-events", labels, events),
-              svg.line_chart("duration (s)", "timeline-duration", labels, durations)
+    labels = [p.committed_at[11:19] for p in oldest_first]  # HH:MM:SS (the table has the dates)
+    w = 420
+    charts = [svg.bar_chart("events per publish", "timeline-events", labels, events, w),
+              svg.line_chart("duration (s)", "timeline-duration", labels, durations, w)
               if any(d is not None for d in durations) else
-              svg.empty("duration (s)", "timeline-duration", "not recorded on these snapshots"),
-              svg.line_chart("lag at commit (s)", "timeline-lag", labels, lags)
-              if any(v is not None for v in lags) else svg.empty("lag at commit (s)", "timeline-lag", "no landing data")]
+              svg.empty("duration (s)", "timeline-duration", "not recorded on these snapshots", w),
+              svg.line_chart("lag at commit (s)", "timeline-lag", labels, lags, w)
+              if any(v is not None for v in lags) else svg.empty("lag at commit (s)", "timeline-lag", "no landing data", w)]
     headers = ["committed", "kind", "batch", "source", "start", "end", "events", "changed", "duplicates",
                "deletes", "partitions", "duration s", "lag s"]
     return '<div class="charts">' + "".join(charts) + "</div>" + _table("publishes", headers, list(reversed(rows)))

@@ -30,19 +30,19 @@ def _scale(values: Sequence[float]) -> tuple[float, float]:
 
 
 def _frame(title: str, name: str, lo: float, hi: float, labels: Sequence[str], xs: Sequence[float],
-           inner: list[str]) -> str:
+           inner: list[str], width: int) -> str:
     """Axes, ticks, thinned x labels and the title around the marks ``inner``."""
     plot_h = HEIGHT - _TOP - _BOTTOM
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" data-chart="{escape(name)}" '
-           f'viewBox="0 0 {WIDTH} {HEIGHT}" width="{WIDTH}" height="{HEIGHT}" role="img" '
+           f'viewBox="0 0 {width} {HEIGHT}" width="{width}" height="{HEIGHT}" role="img" '
            f'aria-label="{escape(title)}">',
            f'<text class="title" x="{_LEFT}" y="15">{escape(title)}</text>']
     for i in range(5):
         value = lo + (hi - lo) * i / 4
         y = _TOP + plot_h - plot_h * i / 4
-        out.append(f'<line class="grid" x1="{_LEFT}" x2="{WIDTH - _RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>')
+        out.append(f'<line class="grid" x1="{_LEFT}" x2="{width - _RIGHT}" y1="{y:.1f}" y2="{y:.1f}"/>')
         out.append(f'<text class="tick" x="{_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_fmt(value)}</text>')
-    step = max(1, -(-len(labels) // 10))  # at most ~10 x labels
+    step = max(1, -(-len(labels) * 90 // width))  # a label per ~90 px at most
     for i in range(0, len(labels), step):
         out.append(f'<text class="tick" x="{xs[i]:.1f}" y="{HEIGHT - _BOTTOM + 16}" '
                    f'text-anchor="middle">{escape(labels[i])}</text>')
@@ -52,13 +52,14 @@ def _frame(title: str, name: str, lo: float, hi: float, labels: Sequence[str], x
     return "\n".join(out)
 
 
-def bar_chart(title: str, name: str, labels: Sequence[str], values: Sequence[float | None]) -> str:
+def bar_chart(title: str, name: str, labels: Sequence[str], values: Sequence[float | None],
+              width: int = WIDTH) -> str:
     """One bar per label (a missing value draws nothing but keeps its slot)."""
     if not labels:
         return empty(title, name)
     known = [float(v) for v in values if v is not None]
     lo, hi = _scale(known or [0.0])
-    plot_w, plot_h = WIDTH - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
+    plot_w, plot_h = width - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
     slot = plot_w / len(labels)
     zero = _TOP + plot_h - plot_h * (0 - lo) / (hi - lo)
     xs = [_LEFT + slot * (i + 0.5) for i in range(len(labels))]
@@ -70,16 +71,17 @@ def bar_chart(title: str, name: str, labels: Sequence[str], values: Sequence[flo
         top, height = min(y, zero), max(abs(zero - y), 0.5)
         marks.append(f'<rect class="bar" x="{x - slot * 0.4:.1f}" y="{top:.1f}" width="{max(slot * 0.8, 0.5):.1f}" '
                      f'height="{height:.1f}"><title>{escape(label)}: {escape(str(value))}</title></rect>')
-    return _frame(title, name, lo, hi, labels, xs, marks)
+    return _frame(title, name, lo, hi, labels, xs, marks, width)
 
 
-def line_chart(title: str, name: str, labels: Sequence[str], values: Sequence[float | None]) -> str:
+def line_chart(title: str, name: str, labels: Sequence[str], values: Sequence[float | None],
+               width: int = WIDTH) -> str:
     """A polyline through the known values, with a point (and its tooltip) at each."""
     if not labels:
         return empty(title, name)
     known = [float(v) for v in values if v is not None]
     lo, hi = _scale(known or [0.0])
-    plot_w, plot_h = WIDTH - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
+    plot_w, plot_h = width - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
     xs = [_LEFT + plot_w * (i + 0.5) / len(labels) for i in range(len(labels))]
     points, marks = [], []
     for x, label, value in zip(xs, labels, values):
@@ -90,10 +92,10 @@ def line_chart(title: str, name: str, labels: Sequence[str], values: Sequence[fl
         marks.append(f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="3">'
                      f'<title>{escape(label)}: {escape(str(value))}</title></circle>')
     line = [f'<polyline class="line" fill="none" points="{" ".join(points)}"/>'] if len(points) > 1 else []
-    return _frame(title, name, lo, hi, labels, xs, line + marks)
+    return _frame(title, name, lo, hi, labels, xs, line + marks, width)
 
 
-def empty(title: str, name: str, why: str = "no data") -> str:
+def empty(title: str, name: str, why: str = "no data", width: int = WIDTH) -> str:
     return (f'<svg xmlns="http://www.w3.org/2000/svg" class="chart empty" data-chart="{escape(name)}" '
-            f'viewBox="0 0 {WIDTH} 60" width="{WIDTH}" height="60"><text class="title" x="{_LEFT}" y="15">'
+            f'viewBox="0 0 {width} {HEIGHT}" width="{width}" height="{HEIGHT}"><text class="title" x="{_LEFT}" y="15">'
             f'{escape(title)}</text><text class="tick" x="{_LEFT}" y="40">{escape(why)}</text></svg>')
