@@ -79,7 +79,6 @@ def _describe(table, snapshot_id: int) -> dict[str, Any]:
 
 def diff(ws, dataset: str, a: str, b: str) -> Diff:
     """The differences between snapshots ``a`` and ``b`` of ``dataset``'s published table."""
-    import pyarrow as pa
 
     from lakepub import duck
     from lakepub.store.integrity import check_scannable
@@ -104,8 +103,7 @@ def diff(ws, dataset: str, a: str, b: str) -> Diff:
             check_scannable(table, snapshot_id)
             rows = con.execute(f"SELECT * FROM {duck.scan_sql(table.metadata_location, snapshot_id)}").to_arrow_table()
             rows = rows.select(schema.names).cast(schema) if rows.num_rows else schema.empty_table()
-            labels = pa.array(partition.labels(rows), pa.string()) if rows.num_rows else pa.array([], pa.string())
-            con.register(f"lp_diff_{side}", rows.append_column("_partition", labels))
+            con.register(f"lp_diff_{side}", rows.append_column("_partition", sources.partition_labels(partition, rows)))
         q = duck.name
         on = " AND ".join(f"a.{q(c)} IS NOT DISTINCT FROM b.{q(c)}" for c in group_by) or "true"
         differ = " OR ".join(f"a.{q(m)} IS DISTINCT FROM b.{q(m)}" for m in measures) or "false"

@@ -124,7 +124,9 @@ def _measure_charts(ws, spec, table) -> list[str]:
     finally:
         con.close()
     counts: dict[str, int] = {}
-    for label in partition.labels(values):
+    from lakepub.lineage.sources import partition_labels
+
+    for label in partition_labels(partition, values).to_pylist():
         counts[label] = counts.get(label, 0) + 1
     labels = sorted(counts, key=_sort_key)[-MAX_POINTS:]
     return [svg.bar_chart(f"rows per partition ({partition})", "measure-rows", labels, [counts[k] for k in labels])]
