@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import yaml
 
@@ -226,3 +227,54 @@ def test_diff_between_two_snapshots_matches_duckdb(stream_ws: Path, cli, dataset
     assert same["groups"] == [] and same["partitions"] == []
     bad = cli("diff", dataset, "12345", "current")
     assert bad.code == 2 and "SNAPSHOT_A" in bad.err and "12345" in bad.err
+
+
+def test_explain_and_diff_for_composite_groups_null_partitions_buckets_and_builds(ws_path: Path, cli):
+    """customers (tests/test_any_dataset.py): an aggregate by (country, plan) partitioned by
+    identity(country) (a null country is partition "null"), a current-state table in
+    bucket(8, customer_id), and a dataset added later (built from the ledger)."""
+    from lakepub.projection.partitioning import PartitionBy
+    from tests.test_any_dataset import BY_PLAN, CURRENT as CUSTOMERS_CURRENT, MRR, STREAM_1, STREAM_2, _land, _setup
+
+    landing = _setup(ws_path, MRR, CUSTOMERS_CURRENT)
+    _land(landing, "00000.jsonl", STREAM_1)
+    assert cli("run", "customers_mrr").code == 0
+    _land(landing, "00001.jsonl", STREAM_2)
+    assert cli("run", "customers_mrr").code == 0
+    log = cli("log", "customers_mrr", "--format", "json").json()
+    second, first = log[0]["batch_id"], log[1]["batch_id"]
+
+    def events(*args: str) -> dict[str, set]:
+        res = cli("explain", *args, "--format", "json")
+        assert res.code == 0, res.err
+        return {c["batch_id"]: {(e["key"]["customer_id"], e["version"]) for e in c["events"]}
+                for c in res.json()["changes"]}
+
+    assert events("customers_mrr", "--partition", "DE") == {second: {("c1", 2), ("c6", 1)}, first: {("c2", 1)}}
+    assert events("customers_mrr", "--partition", "DE", "--group", "country=DE,plan=pro") == \
+        {second: {("c1", 2), ("c6", 1)}}
+    assert events("customers_mrr", "--partition", "null") == {second: {("c3", 3)}, first: {("c3", 1)}}
+    assert events("customers_mrr", "--partition", "US") == {second: {("c3", 3), ("c5", 2)}, first: {("c5", 1)}}
+    res = cli("explain", "customers_mrr", "--partition", "US", "--format", "json").json()
+    c5 = next(e for e in res["changes"][0]["events"] if e["key"]["customer_id"] == "c5")
+    assert c5["deleted"] and c5["new"] is None and c5["old"] == {
+        "partition": "US", "group": {"country": "US", "plan": "pro"}, "measures": {"mrr_cents": 5000, "customers": 1}}
+    bucket = PartitionBy.parse("bucket(8, customer_id)", "test")
+    label = bucket.labels(pa.table({"customer_id": ["c1"]}))[0]
+    assert events("customers_current", "--partition", label, "--group", "c1") == {second: {("c1", 2)}, first: {("c1", 1)}}
+    # a dataset added later is built from the ledger: explain names the build, not the batches before it
+    (ws_path / "catalog" / "datasets" / "customers_by_plan.yaml").write_text(yaml.safe_dump(BY_PLAN, sort_keys=False))
+    assert cli("run", "customers_by_plan").code == 0
+    res = cli("explain", "customers_by_plan", "--partition", "all", "--format", "json").json()
+    assert [c["kind"] for c in res["changes"]] == ["build"] and "built from the ledger" in res["changes"][0]["note"]
+    assert res["versions_without_publish"] > 0
+    # diff of the aggregate from the first publish to now, by (country, plan), null groups included
+    got = cli("diff", "customers_mrr", str(log[1]["snapshot_id"]), "current", "--format", "json").json()
+    status = {(g["group"]["country"], g["group"]["plan"]): g["status"] for g in got["groups"]}
+    assert status == {("FR", "pro"): "removed", ("DE", "pro"): "added", (None, "pro"): "removed",
+                      ("US", "pro"): "removed", ("US", "basic"): "added"}
+    parts = {p["partition"]: (p["status"], p["rows_a"], p["rows_b"]) for p in got["partitions"]}
+    assert parts == {"FR": ("changed", 2, 1), "DE": ("changed", 1, 2), "null": ("removed", 1, 0),
+                     "US": ("changed", 1, 1)}
+    delta = {p["partition"]: p["delta"] for p in got["partitions"]}
+    assert delta["DE"] == {"mrr_cents": 1200 + 50, "customers": 2} and delta["null"] == {"mrr_cents": -700, "customers": -1}
