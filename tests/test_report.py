@@ -57,6 +57,10 @@ def test_report_is_self_contained_and_complete(report_ws: Path, cli, tmp_path: P
     assert publishes[:publishes.index("</table>")].count("<tr>") == len(log) + 1  # + header
     assert "payload conflicts</td><td class=\"num\">1<" in daily and 'class="ok"' in daily
     assert 'class="events"' in daily and 'class="changes"' in daily
+    current = page[page.index('id="orders_current"'):]
+    rows_chart = current[current.index('data-chart="measure-rows"'):]
+    months = cli("query", "SELECT DISTINCT strftime(day, '%Y-%m') FROM orders_current", "--format", "json").json()
+    assert rows_chart[:rows_chart.index("</svg>")].count('class="bar"') == len(months)
     bad = cli("report", "nope", "--out", str(out))
     assert bad.code == 2 and "unknown dataset" in bad.err
 
