@@ -52,47 +52,53 @@ def _frame(title: str, name: str, lo: float, hi: float, labels: Sequence[str], x
     return "\n".join(out)
 
 
+class _Plot:
+    """The geometry shared by the charts: a value scale from 0 (or the lowest value) to the
+    highest, and one slot per label."""
+
+    def __init__(self, labels: Sequence[str], values: Sequence[float | None], width: int):
+        self.lo, self.hi = _scale([float(v) for v in values if v is not None] or [0.0])
+        self.h = HEIGHT - _TOP - _BOTTOM
+        self.slot = (width - _LEFT - _RIGHT) / len(labels)
+        self.xs = [_LEFT + self.slot * (i + 0.5) for i in range(len(labels))]
+
+    def y(self, value: float) -> float:
+        return _TOP + self.h - self.h * (float(value) - self.lo) / (self.hi - self.lo)
+
+
 def bar_chart(title: str, name: str, labels: Sequence[str], values: Sequence[float | None],
               width: int = WIDTH) -> str:
     """One bar per label (a missing value draws nothing but keeps its slot)."""
     if not labels:
-        return empty(title, name)
-    known = [float(v) for v in values if v is not None]
-    lo, hi = _scale(known or [0.0])
-    plot_w, plot_h = width - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
-    slot = plot_w / len(labels)
-    zero = _TOP + plot_h - plot_h * (0 - lo) / (hi - lo)
-    xs = [_LEFT + slot * (i + 0.5) for i in range(len(labels))]
-    marks = []
-    for x, label, value in zip(xs, labels, values):
+        return empty(title, name, width=width)
+    plot = _Plot(labels, values, width)
+    zero, marks = plot.y(0), []
+    for x, label, value in zip(plot.xs, labels, values):
         if value is None:
             continue
-        y = _TOP + plot_h - plot_h * (float(value) - lo) / (hi - lo)
+        y = plot.y(value)
         top, height = min(y, zero), max(abs(zero - y), 0.5)
-        marks.append(f'<rect class="bar" x="{x - slot * 0.4:.1f}" y="{top:.1f}" width="{max(slot * 0.8, 0.5):.1f}" '
-                     f'height="{height:.1f}"><title>{escape(label)}: {escape(str(value))}</title></rect>')
-    return _frame(title, name, lo, hi, labels, xs, marks, width)
+        marks.append(f'<rect class="bar" x="{x - plot.slot * 0.4:.1f}" y="{top:.1f}" '
+                     f'width="{max(plot.slot * 0.8, 0.5):.1f}" height="{height:.1f}">'
+                     f'<title>{escape(label)}: {escape(str(value))}</title></rect>')
+    return _frame(title, name, plot.lo, plot.hi, labels, plot.xs, marks, width)
 
 
 def line_chart(title: str, name: str, labels: Sequence[str], values: Sequence[float | None],
                width: int = WIDTH) -> str:
     """A polyline through the known values, with a point (and its tooltip) at each."""
     if not labels:
-        return empty(title, name)
-    known = [float(v) for v in values if v is not None]
-    lo, hi = _scale(known or [0.0])
-    plot_w, plot_h = width - _LEFT - _RIGHT, HEIGHT - _TOP - _BOTTOM
-    xs = [_LEFT + plot_w * (i + 0.5) / len(labels) for i in range(len(labels))]
+        return empty(title, name, width=width)
+    plot = _Plot(labels, values, width)
     points, marks = [], []
-    for x, label, value in zip(xs, labels, values):
+    for x, label, value in zip(plot.xs, labels, values):
         if value is None:
             continue
-        y = _TOP + plot_h - plot_h * (float(value) - lo) / (hi - lo)
-        points.append(f"{x:.1f},{y:.1f}")
-        marks.append(f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="3">'
+        points.append(f"{x:.1f},{plot.y(value):.1f}")
+        marks.append(f'<circle class="point" cx="{x:.1f}" cy="{plot.y(value):.1f}" r="3">'
                      f'<title>{escape(label)}: {escape(str(value))}</title></circle>')
     line = [f'<polyline class="line" fill="none" points="{" ".join(points)}"/>'] if len(points) > 1 else []
-    return _frame(title, name, lo, hi, labels, xs, line + marks, width)
+    return _frame(title, name, plot.lo, plot.hi, labels, plot.xs, line + marks, width)
 
 
 def empty(title: str, name: str, why: str = "no data", width: int = WIDTH) -> str:
