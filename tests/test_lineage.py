@@ -154,9 +154,14 @@ def test_explain_after_compaction_and_janitor(stream_ws: Path, cli):
     assert {c["batch_id"]: {(e["key"]["order_id"], e["version"]) for e in c["events"]}
             for c in res["changes"] if c["events"]} == before
     assert len(res["compactions"]) == 1 and res["compactions"][0]["base_retained"]
+    ws = Workspace.open(stream_ws)
+    table = ws.catalog.load_table(summary_id(ws.config.namespace, "orders_daily"))
+    log = cli("log", "orders_daily", "--format", "json").json()
+    assert log[0]["source"] == "(compaction)"
+    named = table.snapshot_by_id(log[1]["snapshot_id"]).summary.additional_properties["lakepub.ledger-snapshot"]
+    assert res["compactions"][0]["base"] == int(named)
     assert any("compacted on" in n for n in res["notes"])
     # a correction after compaction moves one order out of the month into another
-    ws = Workspace.open(stream_ws)
     live = {r["order_id"]: r for r in ws.query("SELECT * FROM orders_current").to_pylist()}
     target = next(oid for oid, r in live.items() if r["day"].isoformat()[:7] == month)
     new_day = f"{int(month[:4]) + 1}-{month[5:]}-03"

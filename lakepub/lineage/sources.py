@@ -102,7 +102,9 @@ def compactions(history: list[Publish], ledger: Table) -> list[Compaction]:
     for i, p in enumerate(history):
         if p.kind != "compaction":
             continue
-        before = history[i + 1].record.ledger_snapshot if i + 1 < len(history) else None
+        before = _compacted_from(ledger, p.record.ledger_snapshot)
+        if before is None and i + 1 < len(history):  # the compacted snapshot expired: the publish before
+            before = history[i + 1].record.ledger_snapshot
         retained = before is not None and ledger.snapshot_by_id(before) is not None
         out.append(Compaction(p.snapshot_id, p.committed_at, p.record.ledger_snapshot, before, retained,
                               int(p.record.batch.get("rows_before", 0)), int(p.record.batch.get("rows_after", 0)),
@@ -118,6 +120,19 @@ def compactions(history: list[Publish], ledger: Table) -> list[Compaction]:
                            int(before) if before.isdigit() else None, int(after) if after.isdigit() else None, -1,
                            newest.timestamp_ms)]
     return [Compaction(None, None, None, None, False, None, None, -1)]
+
+
+def _compacted_from(ledger: Table, compacted: int | None) -> int | None:
+    """The ledger snapshot a compaction started from: the first ancestor of the compacted
+    snapshot that compaction did not write (its delete and append carry ``lakepub.compaction``)."""
+    snapshot = ledger.snapshot_by_id(compacted) if compacted is not None else None
+    while snapshot is not None:
+        props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+        if "lakepub.compaction" not in props:
+            return snapshot.snapshot_id
+        parent = snapshot.parent_snapshot_id
+        snapshot = ledger.snapshot_by_id(parent) if parent is not None else None
+    return None  # expired on the way: the base is not known from the ledger
 
 
 def partition_labels(partition, rows: pa.Table) -> pa.Array:
