@@ -131,6 +131,8 @@ def test_explain_names_exactly_the_events_that_moved_each_partition(stream_ws: P
     assert moved_between_months, "the stream should move orders between months"
     text = cli("explain", "orders_daily", "--partition", months[0])
     assert text.code == 0 and "publish(es) changed it" in text.out and "delete" in text.out
+    newest = cli("explain", "orders_daily", "--partition", months[0], "--limit", "1", "--format", "json").json()
+    assert newest["changes"] == res["changes"][:1] and newest["changes_total"] == len(res["changes"]) > 1
 
 
 def test_explain_refuses_an_unknown_partition_and_group(stream_ws: Path, cli):

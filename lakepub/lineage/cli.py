@@ -44,10 +44,12 @@ def _contribution(c) -> str:
 @click.option("--group", "group", default=None,
               help="Only this group of the partition: the value of a one-column group_by (or of a one-field "
                    "key for a current-state dataset), else col=value,col=value.")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="Show only the newest N publishes that changed it (default: all retained).")
 @format_option
 @click.pass_context
 @handle_errors
-def explain(ctx: click.Context, dataset: str, partition: str, group: str | None, fmt: str) -> None:
+def explain(ctx: click.Context, dataset: str, partition: str, group: str | None, limit: int | None, fmt: str) -> None:
     """The publishes that changed PARTITION of DATASET, newest first: batch identity, source
     positions, and the input events (key, version, old -> new partition/group and measures) that
     moved it. After `lakepub compact` the versions still kept are listed and the output says what
@@ -56,13 +58,15 @@ def explain(ctx: click.Context, dataset: str, partition: str, group: str | None,
     from lakepub.lineage.explain import explain as run
 
     result = run(_ws(ctx), dataset, partition, group)
+    shown = result.changes[:limit] if limit else result.changes
     if fmt == "json":
-        click.echo(output.to_json(result.as_dict()))
+        click.echo(output.to_json({**result.as_dict(), "changes": [c.as_dict() for c in shown],
+                                   "changes_total": len(result.changes)}))
         return
     where = f"partition {result.partition}" + (f", group {_pairs(result.group)}" if result.group else "")
     lines = [f"{result.dataset} {where}: {len(result.changes)} publish(es) changed it, newest first "
-             f"(of {result.publishes_retained} retained)"]
-    for change in result.changes:
+             f"(of {result.publishes_retained} retained)" + (f"; the newest {len(shown)} shown" if limit else "")]
+    for change in shown:
         p = change.publish
         batch = p.record.batch
         lines.append("")
