@@ -254,5 +254,9 @@ from lakepub.contract.cli import register_cli as register_contract_cli  # noqa: 
 
 register_contract_cli(main)
 
+from lakepub.lineage.cli import register_cli as _lineage  # noqa: E402 - explain, diff, report
+
+_lineage(main)
+
 if __name__ == "__main__":
     main()
