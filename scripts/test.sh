@@ -10,4 +10,11 @@ if command -v pg_isready >/dev/null && ! pg_isready -q -h 127.0.0.1 -p 5432; the
     pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start || true
   fi
 fi
+if ! command -v chromium >/dev/null && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  # The report test renders `lakepub report` in headless Chromium (Debian's package); without
+  # it that one test is skipped, saying why.
+  echo "installing chromium for the report rendering test (apt-get, ~1 min)" >&2
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+    || echo "warning: could not install chromium; tests/test_report.py's rendering test will be skipped" >&2
+fi
 exec .venv/bin/python -m pytest -q -m "not slow" "$@"
