@@ -129,6 +129,7 @@ class Publisher:
         self._con: duckdb.DuckDBPyConnection | None = None
         self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
         self.rebases = 0  # commit races lost and retried, for tests and benchmarks
+        self._started = time.monotonic()  # of the publish in progress
         self.ordered = commit_mode(catalog, mode) == "ordered"
         if self.ordered and len(group.datasets) > 1:
             raise ConfigError(f"{group.datasets[1].path}: datasets {', '.join(group.dataset_names)} share the entity "
@@ -257,6 +258,7 @@ class Publisher:
                 f"{positions.dumps(end)} cover {covered} records"
             )
         identity = BatchIdentity(self.group.name, source, start, end, prepared.digest)
+        self._started = time.monotonic()  # lakepub.publish-ms on the snapshot: from here to the staged commit
         try:  # a dataset to build first (new, or left behind) is built by the loop's first attempt
             return self._publish_with_retries(prepared, identity, dataset or self.group.dataset_names[0])
         except BlockedError as exc:
@@ -353,6 +355,8 @@ class Publisher:
             ledger_snapshot = ledger_tx.table_metadata.current_snapshot_id
 
         staged: dict[str, tuple[Transaction, list[DataFile]]] = {}
+        timing = {"lakepub.publish-ms": str(int((time.monotonic() - self._started) * 1000)),
+                  "lakepub.commit-attempts": str(attempt)}  # read by `lakepub metrics` and `report`
         for name, writer in self.writers.items():
             counts = replace(change.counts, partitions_rewritten=len(rewrites[name].partitions))
             own = latest[name][1] if latest[name] is not None else None
@@ -368,6 +372,7 @@ class Publisher:
                 totals=(own.totals if own else Counts()) + counts,
                 ledger_snapshot=ledger_snapshot,
                 partition_count=writer.partition_count(tables[name], rewrites[name]),
+                extra=timing,
             )
             staged[name] = writer.stage(tables[name], rewrites[name], record)
         fault_point("after-data-write")

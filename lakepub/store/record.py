@@ -16,6 +16,11 @@ every source, so the data and the positions become visible in the same commit. K
     lakepub.ledger-snapshot the ledger snapshot committed together with this one
     lakepub.partition-count the number of non-empty partitions of the published table after this
                             publish (compaction copies it; absent in records of older versions)
+    lakepub.publish-ms      milliseconds from the start of the publish call to its commit being
+                            staged (reading the events before it and the pointer swap after it
+                            are not included; absent on builds and in records of older versions)
+    lakepub.commit-attempts commit attempts of this publish (1: no lost race; each lost race is a
+                            retry); absent like publish-ms
 
 The checksums cover only the partitions a publish rewrote, and the janitor keeps a checksum record
 only for partitions present in the current data; the partition count is what still tells that a
