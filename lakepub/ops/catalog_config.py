@@ -57,4 +57,4 @@ def _without_password(uri: str) -> str:
         return re.sub(r"//([^/:@]+):[^/@]*@", rf"//\1:{REDACTED}@", uri)
     if not url.password:
         return uri
-    return url.set(password=REDACTED).render_as_string(hide_password=False)
+    return url.render_as_string(hide_password=True)  # the password as ***
