@@ -22,7 +22,7 @@ def _ws(ctx: click.Context):
 @click.option("--format", "fmt", type=click.Choice(["prometheus", "json"]), default="prometheus", show_default=True,
               help="Prometheus text exposition (format 0.0.4) or JSON.")
 @click.option("--textfile", "textfile", type=click.Path(file_okay=False, exists=True, writable=True, path_type=Path),
-              default=None, help="Write the Prometheus text to DIR/lakepub.prom atomically (for node_exporter's "
+              default=None, metavar="DIR", help="Write the Prometheus text to DIR/lakepub.prom atomically (for node_exporter's "
                                  "textfile collector) instead of printing it.")
 @click.pass_context
 @handle_errors
