@@ -42,7 +42,7 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 TEXTFILE_NAME = "lakepub.prom"
 
@@ -175,6 +175,43 @@ def _raw(snapshot, key: str) -> dict[str, Any]:
 # --- the exposition -------------------------------------------------------------------------------
 
 
+_DS, _PART = ["dataset"], ["dataset", "source", "partition"]
+_INFO_HELP = ("The published snapshot of the dataset: Iceberg snapshot id, data version (sha256 of the recorded "
+              "definition and the contract's canonical sha256), contract, kind and batch id.")
+# (name, type, help, value): per published dataset, from its DatasetMetrics (None: no sample).
+_PER_DATASET: tuple[tuple[str, str, str, Callable[[DatasetMetrics], float | None]], ...] = (
+    ("lakepub_published_timestamp_seconds", "gauge", "Commit time of the published snapshot (Unix time).",
+     lambda m: m.published_at_s),
+    ("lakepub_rows", "gauge", "Rows of the published snapshot.", lambda m: m.rows),
+    ("lakepub_partitions", "gauge", "Non-empty partitions of the published snapshot.", lambda m: m.partitions),
+    *((metric, "counter", help_ + " Running total over all publishes.", lambda m, f=f: m.totals.get(f, 0))
+      for f, metric, help_ in _TOTALS),
+    ("lakepub_quality_rejects", "counter", "Events rejected by the contract's quality checks in lenient mode (the "
+     "'rejected' count of each publish; 0 where none is recorded).", lambda m: m.rejected),
+    ("lakepub_conflicts", "counter", "Batches refused for a payload conflict (same version, other content), from "
+     "the audit table; counted per entity.", lambda m: m.conflicts),
+    ("lakepub_stale_starts", "counter", "Batches refused for a stale start position, from the audit table; counted "
+     "per entity.", lambda m: m.stale_starts),
+    ("lakepub_last_publish_duration_seconds", "gauge", "Duration of the newest publish that recorded it: from the "
+     "start of the publish call to its commit being staged (reading the events and the pointer swap excluded).",
+     lambda m: m.last_publish_duration_s),
+    ("lakepub_last_publish_commit_retries", "gauge", "Commit retries (lost races) of the newest publish that "
+     "recorded them.", lambda m: m.last_publish_commit_retries),
+)
+# (name, help, value): gauges per source partition of every dataset, published or not.
+_PER_PARTITION: tuple[tuple[str, str, Callable[[PartitionLag], float | None]], ...] = (
+    ("lakepub_source_position_records", "Committed position (records consumed) per source partition, as recorded "
+     "on the published snapshot.", lambda p: p.position),
+    ("lakepub_landing_records", "Records present in the landing folder per partition of the dataset's source.",
+     lambda p: p.available),
+    ("lakepub_lag_records", "Records in the landing folder not yet published (landing records minus the committed "
+     "position) per source partition.", lambda p: p.lag_records),
+    ("lakepub_lag_oldest_unprocessed_age_seconds", "Age of the oldest unprocessed landing record per source "
+     "partition, from the modification time of the landing segment holding it (a lower bound of the record's "
+     "age); 0 when nothing is pending.", lambda p: p.oldest_age_s),
+)
+
+
 class LakepubCollector:
     """A prometheus_client collector over figures gathered once (``gather``)."""
 
@@ -184,69 +221,29 @@ class LakepubCollector:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 
-        ds = ["dataset"]
-        per_part = ["dataset", "source", "partition"]
-        published = GaugeMetricFamily("lakepub_dataset_published", "1 if the dataset has a published snapshot, else 0.",
-                                      labels=ds)
-        info = InfoMetricFamily("lakepub_published", "The published snapshot of the dataset: Iceberg snapshot id, data "
-                                "version (sha256 of the recorded definition and the contract's canonical sha256), "
-                                "contract, kind and batch id.", labels=ds)
-        when = GaugeMetricFamily("lakepub_published_timestamp_seconds", "Commit time of the published snapshot "
-                                 "(Unix time).", labels=ds)
-        rows = GaugeMetricFamily("lakepub_rows", "Rows of the published snapshot.", labels=ds)
-        parts = GaugeMetricFamily("lakepub_partitions", "Non-empty partitions of the published snapshot.", labels=ds)
-        position = GaugeMetricFamily("lakepub_source_position_records", "Committed position (records consumed) per "
-                                     "source partition, as recorded on the published snapshot.", labels=per_part)
-        available = GaugeMetricFamily("lakepub_landing_records", "Records present in the landing folder per partition "
-                                      "of the dataset's source.", labels=per_part)
-        lag = GaugeMetricFamily("lakepub_lag_records", "Records in the landing folder not yet published (landing "
-                                "records minus the committed position) per source partition.", labels=per_part)
-        age = GaugeMetricFamily("lakepub_lag_oldest_unprocessed_age_seconds", "Age of the oldest unprocessed landing "
-                                "record per source partition, from the modification time of the landing segment "
-                                "holding it (a lower bound of the record's age); 0 when nothing is pending.",
-                                labels=per_part)
-        totals = {f: CounterMetricFamily(metric, help_ + " Running total over all publishes.", labels=ds)
-                  for f, metric, help_ in _TOTALS}
-        rejected = CounterMetricFamily("lakepub_quality_rejects", "Events rejected by the contract's quality checks "
-                                       "in lenient mode (the 'rejected' count of each publish; 0 where none is "
-                                       "recorded).", labels=ds)
-        conflicts = CounterMetricFamily("lakepub_conflicts", "Batches refused for a payload conflict (same version, "
-                                        "other content), from the audit table; counted per entity.", labels=ds)
-        stale = CounterMetricFamily("lakepub_stale_starts", "Batches refused for a stale start position, from the "
-                                    "audit table; counted per entity.", labels=ds)
-        duration = GaugeMetricFamily("lakepub_last_publish_duration_seconds", "Duration of the newest publish that "
-                                     "recorded it: from the start of the publish call to its commit being staged "
-                                     "(reading the events and the pointer swap excluded).", labels=ds)
-        retries = GaugeMetricFamily("lakepub_last_publish_commit_retries", "Commit retries (lost races) of the "
-                                    "newest publish that recorded them.", labels=ds)
+        published = GaugeMetricFamily("lakepub_dataset_published", "1 if the dataset has a published snapshot, "
+                                      "else 0.", labels=_DS)
+        info = InfoMetricFamily("lakepub_published", _INFO_HELP, labels=_DS)
+        kinds = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
+        per_dataset = [(kinds[kind](name, help_, labels=_DS), value) for name, kind, help_, value in _PER_DATASET]
+        per_part = [(GaugeMetricFamily(name, help_, labels=_PART), value) for name, help_, value in _PER_PARTITION]
         for m in self.figures:
-            d = [m.dataset]
-            published.add_metric(d, 1 if m.published else 0)
+            published.add_metric([m.dataset], 1 if m.published else 0)
             for p in m.partitions_by_source:
-                labels = [m.dataset, p.source, p.partition]
-                position.add_metric(labels, p.position)
-                if p.available is not None:
-                    available.add_metric(labels, p.available)
-                    lag.add_metric(labels, p.lag_records or 0)
-                    age.add_metric(labels, p.oldest_age_s or 0.0)
-            if not m.published:
-                continue
-            info.add_metric(d, {"snapshot_id": str(m.snapshot_id), "data_version": m.data_version or "",
-                                "contract": m.contract, "kind": m.kind, "batch_id": m.batch_id or ""})
-            when.add_metric(d, m.published_at_s or 0)
-            rows.add_metric(d, m.rows)
-            parts.add_metric(d, m.partitions)
-            for f, family in totals.items():
-                family.add_metric(d, m.totals.get(f, 0))
-            rejected.add_metric(d, m.rejected)
-            conflicts.add_metric(d, m.conflicts)
-            stale.add_metric(d, m.stale_starts)
-            if m.last_publish_duration_s is not None:
-                duration.add_metric(d, m.last_publish_duration_s)
-            if m.last_publish_commit_retries is not None:
-                retries.add_metric(d, m.last_publish_commit_retries)
-        yield from (published, info, when, rows, parts, position, available, lag, age, *totals.values(), rejected,
-                    conflicts, stale, duration, retries)
+                _add(per_part, p, [m.dataset, p.source, p.partition])
+            if m.published:
+                info.add_metric([m.dataset], {"snapshot_id": str(m.snapshot_id), "data_version": m.data_version or "",
+                                              "contract": m.contract, "kind": m.kind, "batch_id": m.batch_id or ""})
+                _add(per_dataset, m, [m.dataset])
+        yield from (published, info, *(f for f, _ in per_dataset[:3]), *(f for f, _ in per_part),
+                    *(f for f, _ in per_dataset[3:]))
+
+
+def _add(families: list, figures: Any, labels: list[str]) -> None:
+    for family, value in families:
+        v = value(figures)
+        if v is not None:
+            family.add_metric(labels, v)
 
 
 def render(figures: list[DatasetMetrics]) -> str:
