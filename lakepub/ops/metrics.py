@@ -32,7 +32,8 @@ of the info metric ``lakepub_published_info`` (a 63-bit snapshot id does not sur
 
 Cost per dataset: what ``lakepub status`` costs (two DuckDB scans of the published snapshot, one
 of the audit table, counting the landing segments' lines) plus a walk of the retained publish
-records (snapshot summaries, no file read).
+records (snapshot summaries, no file read): ``scripts/bench/metrics.py`` measured 0.88-1.14x the
+``status`` of the same dataset (46 vs 41 ms and 84 vs 95 ms over 100k events, two runs).
 """
 
 from __future__ import annotations
