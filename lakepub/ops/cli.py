@@ -17,7 +17,7 @@ def _ws(ctx: click.Context):
     return Workspace.open((ctx.obj or {}).get("workspace", Path(".")))
 
 
-@click.command()
+@click.command(short_help="Metrics per dataset, Prometheus or JSON.")
 @click.argument("datasets", nargs=-1, metavar="[DATASET]...")
 @click.option("--format", "fmt", type=click.Choice(["prometheus", "json"]), default="prometheus", show_default=True,
               help="Prometheus text exposition (format 0.0.4) or JSON.")
@@ -45,7 +45,7 @@ def metrics(ctx: click.Context, datasets: tuple[str, ...], fmt: str, textfile: P
         click.echo(render(figures), nl=False)
 
 
-@click.command()
+@click.command(short_help="Published tables and metadata locations.")
 @format_option
 @click.pass_context
 @handle_errors
@@ -68,7 +68,7 @@ def tables(ctx: click.Context, fmt: str) -> None:
     click.echo(output.table(["kind", "identifier", "snapshot", "data version", "metadata location"], rows))
 
 
-@click.command("catalog-config")
+@click.command("catalog-config", short_help="Resolved pyiceberg catalog configuration.")
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
               help="Output format.")
 @click.option("--show-secrets", is_flag=True,
