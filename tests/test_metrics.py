@@ -129,15 +129,28 @@ def test_metrics_match_the_published_tables_and_the_known_counts(busy: Path, cli
     assert one(fams, "lakepub_landing_records", **p1) == 3 and one(fams, "lakepub_lag_records", **p1) == 3
     assert 7200 <= one(fams, "lakepub_lag_oldest_unprocessed_age_seconds", **p0) < 7200 + 120
     assert 0 <= one(fams, "lakepub_lag_oldest_unprocessed_age_seconds", **p1) < 120  # written just now
-    # The last publish: its duration and its one lost race, recorded on its snapshot.
-    assert 0 < one(fams, "lakepub_last_publish_duration_seconds", **d) < 60
+    # The last publish: its duration (the lost race's backoff of >= 50 ms included) and its one retry,
+    # recorded on its snapshot: its timestamp minus the recorded start of the publish call.
+    duration = one(fams, "lakepub_last_publish_duration_seconds", **d)
+    head = ws.catalog.load_table("lakepub.orders_daily").current_snapshot()
+    started = int(head.summary.additional_properties["lakepub.publish-started-ms"])
+    assert duration == (head.timestamp_ms - started) / 1000
+    assert 0.05 <= duration < 60
     assert one(fams, "lakepub_last_publish_commit_retries", **d) == 1
+    assert head.summary.additional_properties["lakepub.commit-attempts"] == "2"
     assert one(fams, "lakepub_published_timestamp_seconds", **d) == pytest.approx(time.time(), abs=300)
     # Every metric has HELP and TYPE, is lakepub_*, and carries a dataset label.
     for family in text_string_to_metric_families(res.out):
         assert family.name.startswith("lakepub_") and family.documentation and family.type in ("gauge", "counter", "info")
         assert all("dataset" in s.labels for s in family.samples)
     assert res.out.count("# HELP ") == res.out.count("# TYPE ") == len(list(text_string_to_metric_families(res.out)))
+
+
+def test_the_report_draws_the_recorded_durations(busy: Path, cli, tmp_path: Path):
+    out = tmp_path / "report.html"
+    _ok(cli("report", "orders_daily", "--out", str(out)))
+    page = out.read_text()
+    assert "timeline-duration" in page and "not recorded on these snapshots" not in page
 
 
 def test_metrics_json_carries_the_same_figures(busy: Path, cli):

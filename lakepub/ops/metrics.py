@@ -18,9 +18,10 @@ process at any time (a cron job writing node_exporter's textfile, a sidecar) and
 - quality rejects from the ``rejected`` key of each publish's counts (lenient publish gates
   record it; absent means 0), summed over the running totals where they carry it, else over the
   retained publishes;
-- last publish duration and commit retries from ``lakepub.publish-ms`` and
-  ``lakepub.commit-attempts`` on the newest publish snapshot that records them (publishes by
-  releases before they were recorded, builds and compactions do not).
+- last publish duration and commit retries from the newest publish snapshot that records
+  ``lakepub.publish-started-ms`` and ``lakepub.commit-attempts`` (publishes by releases before
+  they were recorded, builds and compactions do not): the duration is the snapshot's timestamp
+  (taken once its files and manifests are written) minus the recorded start of the publish call.
 
 Invariant: the exposition is built by prometheus_client (a ``CollectorRegistry`` holding one
 ``Collector`` over the figures gathered here, rendered by ``generate_latest``), so it parses with
@@ -108,16 +109,16 @@ def gather(ws, datasets: list[str] | None = None) -> list[DatasetMetrics]:
 def _dataset(ws, name: str) -> DatasetMetrics:
     from lakepub import reports
     from lakepub.ops.data_version import of_dataset
-    from lakepub.store.record import published_history
+    from lakepub.store.record import COMMIT_ATTEMPTS, PUBLISH_STARTED, publish_duration_s, published_history
 
     spec = ws.dataset(name)
     status = reports.status(ws, name)
     table = ws._summary_table(name)  # noqa: SLF001 - the workspace's loader
     history = list(published_history(table)) if table is not None else []
     record = history[0][1] if history else None
-    timing = next((s.summary.additional_properties for s, _ in history
-                   if "lakepub.publish-ms" in s.summary.additional_properties), None)
-    attempts = timing.get("lakepub.commit-attempts") if timing else None
+    timed = next((s for s, _ in history if PUBLISH_STARTED in s.summary.additional_properties), None)
+    timing = timed.summary.additional_properties if timed is not None else {}
+    attempts = timing.get(COMMIT_ATTEMPTS)
     return DatasetMetrics(
         dataset=name, kind=spec.kind.name, entity=spec.entity, source=spec.source, published=status.published,
         snapshot_id=status.snapshot_id,
@@ -129,7 +130,7 @@ def _dataset(ws, name: str) -> DatasetMetrics:
         totals={f: getattr(status.totals, f) for f, _, _ in _TOTALS},
         rejected=_rejected(history),
         conflicts=status.conflicts, stale_starts=status.stale_refused,
-        last_publish_duration_s=int(timing["lakepub.publish-ms"]) / 1000 if timing else None,
+        last_publish_duration_s=publish_duration_s(timing, timed.timestamp_ms) if timed is not None else None,
         last_publish_commit_retries=int(attempts) - 1 if attempts else None,
         metadata_location=status.metadata_location,
     )
@@ -194,7 +195,8 @@ _PER_DATASET: tuple[tuple[str, str, str, Callable[[DatasetMetrics], float | None
     ("lakepub_stale_starts", "counter", "Batches refused for a stale start position, from the audit table; counted "
      "per entity.", lambda m: m.stale_starts),
     ("lakepub_last_publish_duration_seconds", "gauge", "Duration of the newest publish that recorded it: from the "
-     "start of the publish call to its commit being staged (reading the events and the pointer swap excluded).",
+     "start of the publish call to its snapshot, files and manifests written (reading the events before it and "
+     "the pointer swap after it excluded).",
      lambda m: m.last_publish_duration_s),
     ("lakepub_last_publish_commit_retries", "gauge", "Commit retries (lost races) of the newest publish that "
      "recorded them.", lambda m: m.last_publish_commit_retries),

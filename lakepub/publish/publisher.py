@@ -57,7 +57,7 @@ from lakepub.store.commit import CommitConflict, TableChange, commit_atomically,
 from lakepub.store.files import FileWriter
 from lakepub.store.layout import ensure_ledger, ledger_arrow, ledger_id, order_keys_version
 from lakepub.store.published import ensure_published
-from lakepub.store.record import Counts, PublishRecord, find_batch, latest_published
+from lakepub.store.record import COMMIT_ATTEMPTS, PUBLISH_STARTED, Counts, PublishRecord, find_batch, latest_published
 from lakepub.store.write import append_files, transaction
 
 Latest = tuple  # (Snapshot, PublishRecord) of a dataset's newest record, or None
@@ -129,7 +129,6 @@ class Publisher:
         self._con: duckdb.DuckDBPyConnection | None = None
         self.max_attempts, self.backoff_s, self.max_backoff_s = max_attempts, backoff_s, max_backoff_s
         self.rebases = 0  # commit races lost and retried, for tests and benchmarks
-        self._started = time.monotonic()  # of the publish in progress
         self.ordered = commit_mode(catalog, mode) == "ordered"
         if self.ordered and len(group.datasets) > 1:
             raise ConfigError(f"{group.datasets[1].path}: datasets {', '.join(group.dataset_names)} share the entity "
@@ -258,14 +257,15 @@ class Publisher:
                 f"{positions.dumps(end)} cover {covered} records"
             )
         identity = BatchIdentity(self.group.name, source, start, end, prepared.digest)
-        self._started = time.monotonic()  # lakepub.publish-ms on the snapshot: from here to the staged commit
+        started = time.time()  # recorded on the snapshot: its timestamp minus this is the publish's duration
         try:  # a dataset to build first (new, or left behind) is built by the loop's first attempt
-            return self._publish_with_retries(prepared, identity, dataset or self.group.dataset_names[0])
+            return self._publish_with_retries(prepared, identity, dataset or self.group.dataset_names[0], started)
         except BlockedError as exc:
             self._audit(identity, exc, events.num_rows)
             raise
 
-    def _publish_with_retries(self, prepared: PreparedBatch, identity: BatchIdentity, dataset: str) -> PublishResult:
+    def _publish_with_retries(self, prepared: PreparedBatch, identity: BatchIdentity, dataset: str,
+                              started: float) -> PublishResult:
         events = prepared.events
         change: Change | None = None
         base_ledger: int | None = None
@@ -290,7 +290,7 @@ class Publisher:
                 change = project(prepared.side, found, order_keys_version(ledger))
                 base_ledger = head
             try:
-                return self._attempt(ledger, tables, latest, previous, change, identity, attempt, dataset)
+                return self._attempt(ledger, tables, latest, previous, change, identity, attempt, dataset, started)
             except CommitConflict:
                 self.rebases += 1
                 time.sleep(self._backoff(attempt))
@@ -333,7 +333,7 @@ class Publisher:
 
     def _attempt(self, ledger: Table, tables: dict[str, Table], latest: dict[str, Latest],
                  previous: PublishRecord | None, change: Change, identity: BatchIdentity, attempt: int,
-                 dataset: str) -> PublishResult:
+                 dataset: str, started: float) -> PublishResult:
         # Every dataset's new partitions first: a refusal (a sum out of range) writes nothing.
         rewrites: dict[str, Rewrite] = {name: writer.rewrite(tables[name], change)
                                         for name, writer in self.writers.items()}
@@ -355,8 +355,7 @@ class Publisher:
             ledger_snapshot = ledger_tx.table_metadata.current_snapshot_id
 
         staged: dict[str, tuple[Transaction, list[DataFile]]] = {}
-        timing = {"lakepub.publish-ms": str(int((time.monotonic() - self._started) * 1000)),
-                  "lakepub.commit-attempts": str(attempt)}  # read by `lakepub metrics` and `report`
+        timing = {PUBLISH_STARTED: str(int(started * 1000)), COMMIT_ATTEMPTS: str(attempt)}  # metrics, report
         for name, writer in self.writers.items():
             counts = replace(change.counts, partitions_rewritten=len(rewrites[name].partitions))
             own = latest[name][1] if latest[name] is not None else None
