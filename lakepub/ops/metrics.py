@@ -112,8 +112,11 @@ def _dataset(ws, name: str) -> DatasetMetrics:
     from lakepub.store.record import COMMIT_ATTEMPTS, PUBLISH_STARTED, publish_duration_s, published_history
 
     spec = ws.dataset(name)
-    status = reports.status(ws, name)
-    table = ws._summary_table(name)  # noqa: SLF001 - the workspace's loader
+    for _ in range(3):  # status and the records read here must be of one snapshot: a publish may land between
+        status = reports.status(ws, name)
+        table = ws._summary_table(name)  # noqa: SLF001 - the workspace's loader
+        if (table.metadata.current_snapshot_id if table is not None else None) == status.snapshot_id:
+            break
     history = list(published_history(table)) if table is not None else []
     record = history[0][1] if history else None
     timed = next((s for s, _ in history if PUBLISH_STARTED in s.summary.additional_properties), None)
