@@ -257,6 +257,9 @@ register_contract_cli(main)
 from lakepub.lineage.cli import register_cli as _lineage  # noqa: E402 - explain, diff, report
 
 _lineage(main)
+from lakepub.ops.cli import register_cli as _ops  # noqa: E402 - metrics, tables, catalog-config
+
+_ops(main)
 
 if __name__ == "__main__":
     main()

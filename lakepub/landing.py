@@ -74,6 +74,7 @@ class Backlog:
     oldest_unprocessed: Path | None  # the segment holding the oldest unconsumed record
     oldest_age_s: float | None  # its age (from the segment's modification time)
     missing: Vector = field(default_factory=dict)  # committed offsets beyond the records found here
+    oldest_age_by_partition: dict[str, float] = field(default_factory=dict)  # per partition with pending records
 
     @property
     def total_pending(self) -> int:
@@ -132,6 +133,7 @@ class LandingSource:
         self.count_all()
         pending, available = {}, {}
         oldest: tuple[float, Path] | None = None
+        mtimes: dict[str, float] = {}
         for part in self.partitions():
             offset, total, first_pending = committed.get(part, 0), 0, None
             segments = self.segments(part)
@@ -141,14 +143,14 @@ class LandingSource:
                     first_pending = seg
                 total += n
             if first_pending is not None:
-                mtime = first_pending.stat().st_mtime
+                mtime = mtimes[part] = first_pending.stat().st_mtime
                 if oldest is None or mtime < oldest[0]:
                     oldest = (mtime, first_pending)
             available[part] = total
             pending[part] = max(0, total - offset)
         missing = {p: committed[p] for p in committed if committed[p] > available.get(p, 0)}
         return Backlog(pending, available, oldest[1] if oldest else None, now - oldest[0] if oldest else None,
-                       missing)
+                       missing, {p: now - m for p, m in mtimes.items()})
 
     def batches(self, committed: Vector, max_batch: int) -> Iterator[tuple[pa.Table, Vector, Vector]]:
         """Yield (events, start, end) batches of at most ``max_batch`` records, from ``committed`` on."""

@@ -38,6 +38,9 @@ class LandingStatus:
     oldest_unprocessed: str | None
     oldest_age_s: float | None
     missing: dict[str, int] = field(default_factory=dict)
+    pending_by_partition: dict[str, int] = field(default_factory=dict)
+    available: dict[str, int] = field(default_factory=dict)  # records present, per partition
+    oldest_age_by_partition: dict[str, float] = field(default_factory=dict)  # partitions with pending records
 
 
 @dataclass(frozen=True)
@@ -321,7 +324,7 @@ def _landing(ws: Workspace, dataset: str, committed: dict[str, int], override: s
     backlog = src.backlog(committed)
     return LandingStatus(str(src.folder), backlog.total_pending,
                          str(backlog.oldest_unprocessed) if backlog.oldest_unprocessed else None, backlog.oldest_age_s,
-                         backlog.missing)
+                         backlog.missing, backlog.pending, backlog.available, backlog.oldest_age_by_partition)
 
 
 def _iso(ms: int) -> str:

@@ -57,7 +57,7 @@ from lakepub.store.commit import CommitConflict, TableChange, commit_atomically,
 from lakepub.store.files import FileWriter
 from lakepub.store.layout import ensure_ledger, ledger_arrow, ledger_id, order_keys_version
 from lakepub.store.published import ensure_published
-from lakepub.store.record import Counts, PublishRecord, find_batch, latest_published
+from lakepub.store.record import COMMIT_ATTEMPTS, PUBLISH_STARTED, Counts, PublishRecord, find_batch, latest_published
 from lakepub.store.write import append_files, transaction
 
 Latest = tuple  # (Snapshot, PublishRecord) of a dataset's newest record, or None
@@ -257,13 +257,15 @@ class Publisher:
                 f"{positions.dumps(end)} cover {covered} records"
             )
         identity = BatchIdentity(self.group.name, source, start, end, prepared.digest)
+        started = time.time()  # recorded on the snapshot: its timestamp minus this is the publish's duration
         try:  # a dataset to build first (new, or left behind) is built by the loop's first attempt
-            return self._publish_with_retries(prepared, identity, dataset or self.group.dataset_names[0])
+            return self._publish_with_retries(prepared, identity, dataset or self.group.dataset_names[0], started)
         except BlockedError as exc:
             self._audit(identity, exc, events.num_rows)
             raise
 
-    def _publish_with_retries(self, prepared: PreparedBatch, identity: BatchIdentity, dataset: str) -> PublishResult:
+    def _publish_with_retries(self, prepared: PreparedBatch, identity: BatchIdentity, dataset: str,
+                              started: float) -> PublishResult:
         events = prepared.events
         change: Change | None = None
         base_ledger: int | None = None
@@ -288,7 +290,7 @@ class Publisher:
                 change = project(prepared.side, found, order_keys_version(ledger))
                 base_ledger = head
             try:
-                return self._attempt(ledger, tables, latest, previous, change, identity, attempt, dataset)
+                return self._attempt(ledger, tables, latest, previous, change, identity, attempt, dataset, started)
             except CommitConflict:
                 self.rebases += 1
                 time.sleep(self._backoff(attempt))
@@ -331,7 +333,7 @@ class Publisher:
 
     def _attempt(self, ledger: Table, tables: dict[str, Table], latest: dict[str, Latest],
                  previous: PublishRecord | None, change: Change, identity: BatchIdentity, attempt: int,
-                 dataset: str) -> PublishResult:
+                 dataset: str, started: float) -> PublishResult:
         # Every dataset's new partitions first: a refusal (a sum out of range) writes nothing.
         rewrites: dict[str, Rewrite] = {name: writer.rewrite(tables[name], change)
                                         for name, writer in self.writers.items()}
@@ -353,6 +355,7 @@ class Publisher:
             ledger_snapshot = ledger_tx.table_metadata.current_snapshot_id
 
         staged: dict[str, tuple[Transaction, list[DataFile]]] = {}
+        timing = {PUBLISH_STARTED: str(int(started * 1000)), COMMIT_ATTEMPTS: str(attempt)}  # metrics, report
         for name, writer in self.writers.items():
             counts = replace(change.counts, partitions_rewritten=len(rewrites[name].partitions))
             own = latest[name][1] if latest[name] is not None else None
@@ -368,6 +371,7 @@ class Publisher:
                 totals=(own.totals if own else Counts()) + counts,
                 ledger_snapshot=ledger_snapshot,
                 partition_count=writer.partition_count(tables[name], rewrites[name]),
+                extra=timing,
             )
             staged[name] = writer.stage(tables[name], rewrites[name], record)
         fault_point("after-data-write")

@@ -11,8 +11,8 @@ be mailed, archived or opened offline, and it shows exactly the published snapsh
 written from (named in the page). It is written atomically (temp file, then rename).
 
 Where figures come from: measures are read from the published snapshot with DuckDB; a publish's
-duration is ``lakepub.publish-ms`` on its snapshot (recorded by lakepub versions that record it,
-else "-"); its lag is the age, at its commit, of the landing segment holding the first record it
+duration is its snapshot's timestamp minus ``lakepub.publish-started-ms`` on it (``store/record.py``;
+publishes record it, builds, compactions and older releases do not: "-"); its lag is the age, at its commit, of the landing segment holding the first record it
 published (a segment's modification time is when its newest line was written, so this is a lower
 bound; "-" when the segments are gone or the batch came from ``lakepub publish`` of another
 source).
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from lakepub.report import svg
+from lakepub.store.record import publish_duration_s
 
 MAX_POINTS = 366  # values of the partition column drawn (the newest ones)
 _CSS = """
@@ -141,8 +142,7 @@ def _timeline(ws, spec, history) -> str:
     for p in oldest_first:
         batch, counts = p.record.batch, p.record.counts
         props = _summary(ws, spec.name, p.snapshot_id)
-        ms = props.get("lakepub.publish-ms")
-        duration = int(ms) / 1000 if ms and ms.isdigit() else None
+        duration = publish_duration_s(props, p.timestamp_ms)
         lag = _lag(landing, batch, p.timestamp_ms) if batch.get("source") == spec.source else None
         events.append(counts.events)
         durations.append(duration)

@@ -16,6 +16,12 @@ every source, so the data and the positions become visible in the same commit. K
     lakepub.ledger-snapshot the ledger snapshot committed together with this one
     lakepub.partition-count the number of non-empty partitions of the published table after this
                             publish (compaction copies it; absent in records of older versions)
+    lakepub.publish-started-ms  when the publish call started (Unix ms): the snapshot's own
+                            timestamp (taken once its data files and manifests are written) minus
+                            this is the publish's duration (``publish_duration_s``); absent on
+                            builds and in records of older versions
+    lakepub.commit-attempts commit attempts of this publish (1: no lost race; each lost race is a
+                            retry); absent like publish-started-ms
 
 The checksums cover only the partitions a publish rewrote, and the janitor keeps a checksum record
 only for partitions present in the current data; the partition count is what still tells that a
@@ -26,7 +32,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
@@ -35,6 +41,8 @@ from pyiceberg.table.snapshots import Snapshot
 from lakepub import positions as pos
 
 PREFIX = "lakepub."
+PUBLISH_STARTED = "lakepub.publish-started-ms"
+COMMIT_ATTEMPTS = "lakepub.commit-attempts"
 
 
 @dataclass(frozen=True)
@@ -114,6 +122,17 @@ class PublishRecord:
             partition_count=int(count) if count else None,
             contract_sha256=props.get("lakepub.contract-sha256", ""),
         )
+
+
+def publish_duration_s(properties: Mapping[str, str], timestamp_ms: int) -> float | None:
+    """Seconds from the start of a publish call to its snapshot (the batch's lookup, projection,
+    ledger and partition files, manifests; not reading the events before it, nor the pointer swap
+    after it), from its snapshot's summary ``properties`` and ``timestamp_ms``; None where the
+    start is not recorded."""
+    started = properties.get(PUBLISH_STARTED)
+    if not started or not started.isdigit():
+        return None
+    return max(0, timestamp_ms - int(started)) / 1000
 
 
 def snapshot_record(snapshot: Snapshot | None) -> PublishRecord | None:
