@@ -110,13 +110,14 @@ def configure(log_format: str = "text", verbose: int = 0, quiet: int = 0) -> Non
     (replacing what an earlier call installed), and lakepub's ``warnings`` with them."""
     if log_format not in FORMATS:
         raise ValueError(f"log format {log_format!r}: expected one of {FORMATS}")
+    level = level_for(log_format, verbose, quiet)  # first: a bad LAKEPUB_LOG_LEVEL changes nothing
     root = logging.getLogger(ROOT)
     if _state["handler"] is not None:
         root.removeHandler(_state["handler"])
     handler = _Stderr()
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     root.addHandler(handler)
-    root.setLevel(level_for(log_format, verbose, quiet))
+    root.setLevel(level)
     root.propagate = False
     _state.update(handler=handler, format=log_format)
     if _state["showwarning"] is None:
@@ -170,6 +171,15 @@ def batch_done(result: Any, seconds: float) -> None:
                   c.events, c.entities_changed, c.duplicates, len(result.partitions), seconds,
                   extra={"event": "published", **extra, "counts": dict(vars(c)), "partitions": len(result.partitions),
                          "datasets": sorted(result.datasets)})
+
+
+def projected(dataset: str, batch_id: str, attempt: int, ledger_snapshot: int | None, new_ledger_rows: int) -> None:
+    """Debug: the batch was projected against the ledger at ``ledger_snapshot``."""
+    if _publish.isEnabledFor(logging.DEBUG):
+        _publish.debug("projected %s batch %s against ledger snapshot %s: %d new ledger row(s) (attempt %d)",
+                       dataset, batch_id[:12], ledger_snapshot, new_ledger_rows, attempt,
+                       extra={"event": "projected", "dataset": dataset, "batch_id": batch_id, "attempt": attempt,
+                              "ledger_snapshot": ledger_snapshot, "new_ledger_rows": new_ledger_rows})
 
 
 def refused(dataset: str, batch_id: str, source: str, exc: Exception) -> None:

@@ -304,6 +304,7 @@ class Publisher:
                 found = self._lookup.rows(ledger, head, prepared.side)
                 change = project(prepared.side, found, order_keys_version(ledger))
                 base_ledger = head
+                logs.projected(dataset, identity.batch_id, attempt, head, change.new_ledger_rows.num_rows)
             try:
                 return self._attempt(ledger, tables, latest, previous, change, identity, attempt, dataset)
             except CommitConflict:
