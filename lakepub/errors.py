@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import re
 
-_CONFIG_WHERE = re.compile(r"^(?P<file>[^\s:][^:]*?\.ya?ml): (?:unknown key )?(?:'(?P<key>[^']+)')?")
-_EVENT_WHERE = re.compile(r"^(?P<file>.*?)(?::(?P<line>\d+)| row (?P<row>\d+)| record (?P<record>\d+))?$")
+# Patterns, compiled on first use (re caches them): importing the errors costs no regex compilation.
+_CONFIG_WHERE = (r"^(?P<file>[^\s:][^:]*?\.ya?ml): (?:unknown key )?(?:'(?P<key>[^']+)')?")
+_EVENT_WHERE = r"^(?P<file>.*?)(?::(?P<line>\d+)| row (?P<row>\d+)| record (?P<record>\d+))?$"
 
 
 class LakepubError(Exception):
@@ -68,7 +69,7 @@ class ConfigError(UserError):
 
     def __init__(self, message: str, *, file: str | None = None, key: str | None = None):
         super().__init__(message)
-        found = _CONFIG_WHERE.match(message)
+        found = re.match(_CONFIG_WHERE, message)
         self.file = file if file is not None else (found.group("file") if found else None)
         self.key = key if key is not None else (found.group("key") if found else None)
 
@@ -84,7 +85,7 @@ class InvalidEvent(UserError):
     def __init__(self, where: str, field: str, problem: str):
         self.where, self.problem = where, problem
         super().__init__(f"invalid event at {where}: field '{field}' {problem}")
-        parts = _EVENT_WHERE.match(where)
+        parts = re.match(_EVENT_WHERE, where)
         self.file = parts.group("file") if parts else where
         self.line, self.row, self.record = (int(parts.group(g)) if parts and parts.group(g) else None
                                             for g in ("line", "row", "record"))

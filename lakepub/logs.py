@@ -151,7 +151,7 @@ def batch_started(dataset: str, batch_id: str, source: str, start: Mapping[str, 
     if _publish.isEnabledFor(logging.INFO):
         _publish.info("batch started: %s from %s %s -> %s, %d events", dataset, source, _vec(start), _vec(end),
                       events, extra={"event": "batch_started", "dataset": dataset, "batch_id": batch_id,
-                                     "source": source, "start": dict(start), "end": dict(end), "events": events})
+                                     "source": source, "start": _normal(start), "end": _normal(end), "events": events})
 
 
 def batch_done(result: Any, seconds: float) -> None:
@@ -212,7 +212,7 @@ def run_started(dataset: str, source: str, landing: str, committed: Mapping[str,
     if _run.isEnabledFor(logging.INFO):
         _run.info("run %s: %d record(s) pending in %s past %s", dataset, pending, landing, _vec(committed),
                   extra={"event": "run_started", "dataset": dataset, "source": source, "landing": landing,
-                         "start": dict(committed), "pending": pending})
+                         "start": _normal(committed), "pending": pending})
 
 
 def run_done(result: Any) -> None:
@@ -227,3 +227,8 @@ def run_done(result: Any) -> None:
 
 def _vec(vector: Mapping[str, int]) -> str:
     return json.dumps(dict(vector), sort_keys=True)
+
+
+def _normal(vector: Mapping[str, int]) -> dict[str, int]:
+    """A position vector as results and ``lakepub log`` show it: zero offsets dropped, sorted."""
+    return {k: int(v) for k, v in sorted(vector.items()) if v}
