@@ -5,6 +5,8 @@
 >>> ws.run("orders_daily")                       # drain the landing folder
 >>> ws.connect().sql("SELECT * FROM orders_daily ORDER BY day").fetchall()
 >>> ws.status("orders_daily"), ws.log("orders_daily"), ws.verify("orders_daily")
+>>> ws.janitor(older_than="3d"), ws.compact("orders_daily")   # maintenance
+>>> ws.close()                                   # or: with Workspace.open(".") as ws: ...
 
 Every method raises ``lakepub.errors.LakepubError`` subclasses whose ``exit_code`` is the CLI's.
 """

@@ -257,3 +257,21 @@ def test_run_on_a_terminal_keeps_the_progress_bar(ws_path: Path):
     text = b"".join(chunks).decode()
     assert "publishing orders_daily" in text and "published 3 batch(es), 25 events" in text
     assert not re.search(r"^snapshot \d+ batch ", text, re.M)  # no per-batch lines on a terminal
+
+
+def test_a_failed_verify_prints_its_report_as_the_one_json_document(ws, cli):
+    import datetime
+
+    import pyarrow as pa
+
+    from lakepub.store.layout import SUMMARY_ARROW
+
+    ws.publish("orders_daily", [A1], start={}, end={"p0": 1})
+    table = ws.catalog.load_table(("lakepub", "orders_daily"))
+    table.overwrite(pa.Table.from_pylist([{"day": datetime.date(2025, 10, 1), "cents": 1, "orders": 1}],
+                                         schema=SUMMARY_ARROW))  # a write that bypassed lakepub
+    res = cli("verify", "orders_daily", "--format", "json")
+    assert res.code == 1
+    report = json.loads(res.out)  # one document: the report, not a second error object
+    assert report["ok"] is False and report["mismatches"]
+    assert res.err.startswith("error: verify orders_daily: ") and res.err.count("\n") == 1
