@@ -4,9 +4,10 @@ An error is one line on standard error (``error: <message>``, or a JSON log reco
 ``--log-format json``) and its exit code. With ``--format json`` the command's standard output
 is one JSON document whatever happens: its result, or the error as an object (``code``: the exit
 code, ``kind``: the error family, ``type``: the class, ``message``, and ``file``/``line``/
-``field``/... where the error knows them, ``LakepubError.details()``). A command that raises
-after printing its JSON report (``verify``'s mismatches, the janitor's failed deletions) prints
-no second document: the report says what failed.
+``field``/... where the error knows them, ``LakepubError.details()``). A command that fails
+after printing its JSON report (``verify``'s mismatches, ``contract check``'s errors, the
+janitor's failed deletions) prints no second document: the report says what failed (the
+handler watches whether the command wrote to stdout).
 """
 
 from __future__ import annotations
@@ -43,8 +44,23 @@ def error_document(exc: BaseException) -> dict[str, Any]:
             "message": known.one_line(), **known.details()}
 
 
-def _report(doc: dict[str, Any], line: str, json_out: bool, exc: BaseException) -> None:
-    if json_out and not getattr(exc, "after_report", False):
+class _Watched:
+    """Standard output while a ``--format json`` command runs: notes whether it printed anything."""
+
+    def __init__(self, stream: Any):
+        self._stream, self.wrote = stream, False
+
+    def write(self, text: Any) -> Any:
+        """Write through, noting non-empty output."""
+        self.wrote = self.wrote or bool(text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _report(doc: dict[str, Any], line: str, watched: _Watched | None) -> None:
+    if watched is not None and not watched.wrote:  # a report already printed is the one document
         click.echo(json.dumps(doc, default=str))
     if not logs.configured():  # a command invoked without the group (tests, embedding)
         logs.configure()
@@ -59,16 +75,18 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        json_out = kwargs.get("fmt") == "json"
+        watched = _Watched(sys.stdout) if kwargs.get("fmt") == "json" else None
+        if watched is not None:
+            sys.stdout = watched
         try:
             return fn(*args, **kwargs)
         except LakepubError as exc:
             doc = error_document(exc)
-            _report(doc, f"error: {doc['message']}", json_out, exc)
+            _report(doc, f"error: {doc['message']}", watched)
             sys.exit(exc.exit_code)
         except KeyboardInterrupt as exc:
             doc = error_document(exc)
-            _report(doc, doc["message"], json_out, exc)
+            _report(doc, doc["message"], watched)
             sys.exit(130)
         except Exception as exc:  # a known failure, else a bug: say so in one line, traceback on request
             if os.environ.get("LAKEPUB_DEBUG"):
@@ -76,7 +94,10 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             doc = error_document(exc)
             line = doc["message"] + " (set LAKEPUB_DEBUG=1 for a traceback)" if doc["kind"] == "internal" \
                 else f"error: {doc['message']}"
-            _report(doc, line, json_out, exc)
+            _report(doc, line, watched)
             sys.exit(doc["code"])
+        finally:
+            if watched is not None and sys.stdout is watched:
+                sys.stdout = watched._stream
 
     return wrapper

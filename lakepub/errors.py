@@ -221,7 +221,6 @@ class VerifyFailed(LakepubError):
 
     exit_code = 1
     kind = "verify_failed"
-    after_report = True  # `lakepub verify` raises it after printing the report naming the mismatches
 
 
 class CorruptTable(LakepubError):

@@ -23,8 +23,6 @@ from lakepub.workspace import Workspace
 class DeleteFailed(LakepubError):
     """Some unreferenced files could not be deleted (exit 1); the rest of the run completed."""
 
-    after_report = True  # raised after the printed report, which lists the files
-
 
 class _Bar:
     """A click progress bar on stderr per scan label, shown only when stderr is a terminal."""
