@@ -161,3 +161,14 @@ def test_the_workspace_docstring_examples_name_real_methods():
     for method in ("open", "init", "publish", "run", "query", "janitor", "compact"):
         assert f".{method}(" in text and hasattr(lakepub.Workspace, method)
     assert json.loads(json.dumps(lakepub.__all__)) == lakepub.__all__
+
+
+def test_python_callers_get_the_publish_records_through_logging(tmp_path: Path, caplog):
+    import logging
+
+    with lakepub.Workspace.init(tmp_path / "shop") as ws, caplog.at_level(logging.INFO, logger="lakepub"):
+        logging.getLogger("lakepub").propagate = True  # as in a process where the CLI never ran
+        result = ws.publish("orders_daily", [A1, A2], start={"p0": 0}, end={"p0": 2})
+    published = [r for r in caplog.records if getattr(r, "event", None) == "published"]
+    assert len(published) == 1 and published[0].snapshot_id == result.snapshot_id
+    assert published[0].batch_id == result.batch_id and published[0].dataset == "orders_daily"
