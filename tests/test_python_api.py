@@ -169,6 +169,7 @@ def test_python_callers_get_the_publish_records_through_logging(tmp_path: Path, 
     with lakepub.Workspace.init(tmp_path / "shop") as ws, caplog.at_level(logging.INFO, logger="lakepub"):
         logging.getLogger("lakepub").propagate = True  # as in a process where the CLI never ran
         result = ws.publish("orders_daily", [A1, A2], start={"p0": 0}, end={"p0": 2})
-    published = [r for r in caplog.records if getattr(r, "event", None) == "published"]
+    # pytest may hold its capture handler on both "lakepub" and the root logger: count records once
+    published = list({id(r): r for r in caplog.records if getattr(r, "event", None) == "published"}.values())
     assert len(published) == 1 and published[0].snapshot_id == result.snapshot_id
     assert published[0].batch_id == result.batch_id and published[0].dataset == "orders_daily"
