@@ -34,12 +34,28 @@ def _ws(ctx: click.Context) -> Workspace:
 @click.option("-w", "--workspace", type=click.Path(file_okay=False, path_type=Path), default=".",
               envvar="LAKEPUB_WORKSPACE", show_default=True,
               help="Workspace folder (holding lakepub.yaml, or below it). Env: LAKEPUB_WORKSPACE.")
+@click.option("--log-format", type=click.Choice(("text", "json")), default="text", envvar="LAKEPUB_LOG_FORMAT",
+              show_default=True, help="Logs on stderr: text for people, json for schedulers (one object per line: "
+              "ts, level, logger, message, dataset, batch_id, snapshot_id, ...). Env: LAKEPUB_LOG_FORMAT.")
+@click.option("-v", "--verbose", count=True,
+              help="More logs: text shows info with -v, debug with -vv; json adds debug. "
+                   "Env: LAKEPUB_LOG_LEVEL=debug|info|warning|error sets the base level.")
+@click.option("-q", "--quiet", count=True, help="Only errors on stderr (no warnings, info, progress bar).")
 @click.version_option(package_name="lakepub")
 @click.pass_context
-def main(ctx: click.Context, workspace: Path) -> None:
+def main(ctx: click.Context, workspace: Path, log_format: str, verbose: int, quiet: int) -> None:
     """Publish full-state entity events as atomic Iceberg snapshots; read them with DuckDB."""
+    from lakepub import logs
+    from lakepub.errors import LakepubError
+
     ctx.ensure_object(dict)
     ctx.obj["workspace"] = workspace
+    ctx.obj["quiet"] = bool(quiet)
+    try:
+        logs.configure(log_format, verbose, quiet)
+    except LakepubError as exc:  # LAKEPUB_LOG_LEVEL spelt wrong
+        click.echo(f"error: {exc.one_line()}", err=True)
+        sys.exit(exc.exit_code)
 
 
 @main.command()
@@ -105,20 +121,38 @@ def run(ctx: click.Context, dataset: str, landing: Path | None, max_batch: int, 
     """Publish everything in the landing folder past the committed position, batch by batch, into
     DATASET and every dataset of its entity (a dataset added since is first built from history).
 
+    On a terminal a progress bar shows on stderr; when stdout is not a terminal (a scheduler, a
+    pipe) one line per published batch is printed as it commits: snapshot id, batch id prefix,
+    events, entities changed, duplicates, end position and seconds. --format json prints one JSON
+    document at the end (per-batch records: --log-format json on stderr).
+
     Safe to run again at any time: with nothing new it publishes nothing."""
+    import time
+
     ws = _ws(ctx)
     bar: Any = None
+    lines = fmt != "json" and not sys.stdout.isatty()
+    quiet = (ctx.obj or {}).get("quiet", False)
+    last = time.perf_counter()
 
     def on_start(pending: int) -> None:
         nonlocal bar
-        if pending and fmt != "json":
+        if pending and fmt != "json" and not lines and not quiet:
             bar = click.progressbar(length=pending, label=f"publishing {dataset}", file=sys.stderr,
                                     show_pos=True, item_show_func=lambda s: s)
             bar.__enter__()
 
     def on_batch(result: Any, pending: int) -> None:
+        nonlocal last
         if bar is not None:
             bar.update(result.counts.events or 0, f"snapshot {result.snapshot_id}")
+        if lines:
+            now = time.perf_counter()
+            c = result.counts
+            click.echo(f"snapshot {result.snapshot_id} batch {result.batch_id[:12]}: {c.events} events, "
+                       f"{c.entities_changed} entities changed, {c.duplicates} duplicates, "
+                       f"end {output.vector(result.end)}, {now - last:.2f} s")
+            last = now
 
     try:
         result = ws.run(dataset, landing=landing, max_batch=max_batch, on_start=on_start, on_batch=on_batch)

@@ -33,6 +33,8 @@ if TYPE_CHECKING:  # the workspace calls these reports; they only use the one it
 
 @dataclass(frozen=True)
 class LandingStatus:
+    """The landing backlog of a dataset's source: records pending past the committed position."""
+
     folder: str
     pending: int
     oldest_unprocessed: str | None
@@ -45,6 +47,8 @@ class LandingStatus:
 
 @dataclass(frozen=True)
 class DatasetStatus:
+    """What ``lakepub status`` shows for one dataset (``as_dict()`` is its JSON)."""
+
     dataset: str
     contract: str
     published: bool
@@ -68,11 +72,14 @@ class DatasetStatus:
     metadata_location: str | None = None  # the catalog's: what an outside reader should open
 
     def as_dict(self) -> dict[str, object]:
+        """JSON-ready form (``lakepub status --format json``)."""
         return asdict(self)
 
 
 @dataclass(frozen=True)
 class LogEntry:
+    """One publish in ``lakepub log``: snapshot, commit time, batch identity, counts, partitions."""
+
     snapshot_id: int
     committed_at: str
     batch_id: str
@@ -83,11 +90,14 @@ class LogEntry:
     partitions: list[str]
 
     def as_dict(self) -> dict[str, object]:
+        """JSON-ready form (``lakepub log --format json``)."""
         return asdict(self)
 
 
 @dataclass(frozen=True)
 class VerifyReport:
+    """The outcome of ``lakepub verify``: partitions checked and any mismatches."""
+
     dataset: str
     snapshot_id: int | None
     partitions_checked: int
@@ -96,9 +106,11 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
+        """True when every checked partition matches its recorded checksum."""
         return not self.mismatches
 
     def as_dict(self) -> dict[str, object]:
+        """JSON-ready form (``lakepub verify --format json``)."""
         return {**asdict(self), "ok": self.ok}
 
 

@@ -5,6 +5,8 @@
 >>> ws.run("orders_daily")                       # drain the landing folder
 >>> ws.connect().sql("SELECT * FROM orders_daily ORDER BY day").fetchall()
 >>> ws.status("orders_daily"), ws.log("orders_daily"), ws.verify("orders_daily")
+>>> ws.janitor(older_than="3d"), ws.compact("orders_daily")   # maintenance
+>>> ws.close()                                   # or: with Workspace.open(".") as ws: ...
 
 Every method raises ``lakepub.errors.LakepubError`` subclasses whose ``exit_code`` is the CLI's.
 """
@@ -22,7 +24,7 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 
-from lakepub import duck, positions
+from lakepub import duck, logs, positions
 from lakepub.contract.model import Contract
 from lakepub.config import CONFIG_FILE, DatasetSpec, WorkspaceConfig, find_root, load_workspace
 from lakepub.errors import ConfigError, InvalidPosition, QueryError
@@ -38,6 +40,8 @@ from lakepub.store.record import latest_record
 
 if TYPE_CHECKING:
     from lakepub.contract.consumers import ObservedConnection
+    from lakepub.maintenance.compact import CompactionResult
+    from lakepub.maintenance.janitor import JanitorReport
     from lakepub.reports import DatasetStatus, LogEntry, VerifyReport
 
 EventsInput = str | Path | pa.Table | Iterable[Mapping[str, Any]]
@@ -45,6 +49,9 @@ EventsInput = str | Path | pa.Table | Iterable[Mapping[str, Any]]
 
 @dataclass(frozen=True)
 class RunResult:
+    """What ``Workspace.run`` published: one ``PublishResult`` per batch, and the source's
+    position before and after (``landing``: the folder read)."""
+
     dataset: str
     source: str
     landing: str
@@ -54,9 +61,11 @@ class RunResult:
 
     @property
     def events(self) -> int:
+        """Events published over all batches."""
         return sum(b.counts.events for b in self.batches)
 
     def as_dict(self) -> dict[str, object]:
+        """JSON-ready form (``lakepub run --format json``)."""
         return {
             "dataset": self.dataset, "source": self.source, "landing": self.landing,
             "start": self.start, "end": self.end, "events": self.events,
@@ -65,23 +74,59 @@ class RunResult:
 
 
 class Workspace:
+    """A workspace (``lakepub.yaml``, its catalog and datasets): publish, run, read, maintain.
+
+    Usable as a context manager: ``with Workspace.open(".") as ws: ...`` closes what it opened
+    (its publishers' DuckDB connections and the SQL catalog's database engine) on exit;
+    connections returned by ``connect()`` belong to the caller (``with ws.connect() as con``).
+    """
+
     def __init__(self, config: WorkspaceConfig):
         self.config = config
         self._publishers: dict[str, Publisher] = {}
 
     @classmethod
     def open(cls, path: str | Path = ".", *, search_parents: bool = True) -> "Workspace":
+        """The workspace holding ``path`` (its folder or a parent, unless ``search_parents=False``);
+        ConfigError (exit 2) when there is none."""
         path = Path(path)
         root = find_root(path) if search_parents else path.resolve()
         if not (root / CONFIG_FILE).is_file():
             raise ConfigError(f"{root / CONFIG_FILE} not found; run 'lakepub init' first")
         return cls(load_workspace(root))
 
+    @classmethod
+    def init(cls, folder: str | Path, *, force: bool = False) -> "Workspace":
+        """Create a workspace in ``folder`` (what ``lakepub init`` writes) and open it."""
+        from lakepub.init import init_workspace
+
+        init_workspace(Path(folder), force=force)
+        return cls.open(folder, search_parents=False)
+
+    def close(self) -> None:
+        """Close what this workspace opened: its publishers' DuckDB connections and the catalog's
+        database engine (SQL catalogs). The workspace reopens them if it is used again."""
+        publishers, self._publishers = self._publishers, {}
+        for publisher in publishers.values():
+            publisher.close()
+        catalog = self.__dict__.pop("catalog", None)
+        engine = getattr(catalog, "engine", None)
+        if engine is not None:
+            engine.dispose()
+
+    def __enter__(self) -> "Workspace":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @cached_property
     def catalog(self) -> Catalog:
+        """The pyiceberg catalog of ``lakepub.yaml`` (opened on first use)."""
         return open_catalog(self.config.catalog_name, self.config.catalog_properties())
 
     def dataset(self, name: str) -> DatasetSpec:
+        """The definition of dataset ``name``; UnknownDataset (exit 2) if there is none."""
         return self.config.dataset(name)
 
     def publisher(self, dataset: str) -> Publisher:
@@ -131,6 +176,7 @@ class Workspace:
                               "partition, each with JSONL segments read in file-name order)")
         committed = self.committed_positions(dataset).get(spec.source, {})
         pending = src.backlog(committed).total_pending
+        logs.run_started(dataset, spec.source, str(src.folder), committed, pending)
         if on_start:
             on_start(pending)
         results: list[PublishResult] = []
@@ -147,8 +193,10 @@ class Workspace:
                 pending -= batch.events.num_rows
                 if on_batch:
                     on_batch(result, pending)
-        return RunResult(dataset, spec.source, str(src.folder), results,
-                         positions.normalize(committed), positions.normalize(position))
+        outcome = RunResult(dataset, spec.source, str(src.folder), results,
+                            positions.normalize(committed), positions.normalize(position))
+        logs.run_done(outcome)
+        return outcome
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -172,6 +220,31 @@ class Workspace:
         from lakepub import reports
 
         return reports.verify(self, dataset, deep=deep)
+
+    # --- maintenance -----------------------------------------------------------------------
+
+    @classified
+    def janitor(self, datasets: Iterable[str] = (), *, older_than: str | float = "3d", retain_last: int | None = None,
+                dry_run: bool = False) -> "JanitorReport":
+        """Expire old snapshots and delete unreferenced files (``lakepub janitor``): of the named
+        datasets' tables and ledgers, or of every table (the audit table included) when none are
+        named. ``older_than``: a duration (``"0s"``, ``"90m"``, ``"3d"``) or seconds."""
+        from lakepub.maintenance.durations import parse_duration
+        from lakepub.maintenance.expiry import DEFAULT_RETAIN_LAST
+        from lakepub.maintenance.janitor import JanitorOptions, run_janitor
+
+        seconds = parse_duration(older_than) if isinstance(older_than, str) else float(older_than)
+        options = JanitorOptions(older_than_s=seconds, dry_run=dry_run,
+                                 retain_last=DEFAULT_RETAIN_LAST if retain_last is None else retain_last)
+        return run_janitor(self, list(datasets), options)
+
+    @classified
+    def compact(self, dataset: str, *, dry_run: bool = False) -> "CompactionResult":
+        """Compact the ledger of ``dataset``'s entity (``lakepub compact``): one row per entity
+        with a durable version floor, committed with a published snapshot that names it."""
+        from lakepub.maintenance.compact import compact_ledger
+
+        return compact_ledger(self, dataset, dry_run=dry_run)
 
     def committed_positions(self, dataset: str) -> dict[str, Vector]:
         """The positions of ``dataset``'s entity (its datasets are published together; one added

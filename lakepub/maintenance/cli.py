@@ -76,7 +76,7 @@ def janitor(ctx: click.Context, datasets: tuple[str, ...], dry_run: bool, older_
     whose head is older than --older-than. Never deletes a file modified within --older-than."""
     options = JanitorOptions(older_than_s=parse_duration(older_than), retain_last=retain_last, dry_run=dry_run)
     ws = Workspace.open((ctx.obj or {}).get("workspace", Path(".")))
-    bar = _Bar(enabled=sys.stderr.isatty())
+    bar = _Bar(enabled=sys.stderr.isatty() and not (ctx.obj or {}).get("quiet"))  # lakepub -q: no bar
     try:
         report = run_janitor(ws, datasets, options, progress=bar)
     finally:

@@ -81,6 +81,9 @@ def _entities(contract: Contract) -> str:
 
 @dataclass(frozen=True)
 class CompactionResult:
+    """What ``lakepub compact`` did (or would do): ledger rows and files before and after, and
+    the published snapshot that names the compacted ledger."""
+
     dataset: str
     rows_before: int
     rows_after: int
@@ -90,6 +93,7 @@ class CompactionResult:
     dry_run: bool
 
     def as_dict(self) -> dict[str, object]:
+        """JSON-ready form (``lakepub compact --format json``)."""
         return asdict(self)
 
 

@@ -104,9 +104,11 @@ class TableReport:
 
     @property
     def files_found(self) -> int:
+        """Files found deletable: those only expired snapshots referenced, plus orphans."""
         return self.expired_files + self.orphan_files
 
     def as_dict(self) -> dict[str, object]:
+        """JSON-ready form."""
         return {**asdict(self), "files_found": self.files_found}
 
 
@@ -119,10 +121,12 @@ class JanitorReport:
     tables: list[TableReport]
 
     def totals(self) -> dict[str, int]:
+        """Sums over the tables (snapshots expired, files and bytes found and removed, young files)."""
         keys = ("snapshots_expired", "files_found", "files_removed", "bytes_found", "bytes_removed", "young_files")
         return {k: sum(int(getattr(t, k)) for t in self.tables) for k in keys}
 
     def as_dict(self) -> dict[str, object]:
+        """JSON-ready form (``lakepub janitor --format json``)."""
         return {
             "dry_run": self.options.dry_run,
             "now": datetime.fromtimestamp(self.now, tz=timezone.utc).isoformat(timespec="seconds"),

@@ -36,7 +36,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 
-from lakepub import positions
+from lakepub import logs, positions
 from lakepub.config import EntityGroup
 from lakepub.contract.model import Contract
 from lakepub.errors import (
@@ -84,6 +84,9 @@ def prepare(events: pa.Table, contract: Contract) -> PreparedBatch:
 
 @dataclass(frozen=True)
 class PublishResult:
+    """One batch's outcome: ``status`` (published / already-published), the snapshot of the
+    dataset named, the batch identity, positions, counts and the partitions rewritten."""
+
     status: str  # "published" or "already-published"
     dataset: str
     batch_id: str
@@ -98,6 +101,7 @@ class PublishResult:
     datasets: dict[str, list[str]] = field(default_factory=dict)  # every dataset moved -> its rewritten partitions
 
     def as_dict(self) -> dict[str, object]:
+        """JSON-ready form (``lakepub publish --format json``)."""
         out = asdict(self)
         out["counts"] = asdict(self.counts)
         return out
@@ -147,6 +151,12 @@ class Publisher:
         if self._con is None:
             self._con = self._duck_factory()
         return self._con
+
+    def close(self) -> None:
+        """Close the DuckDB connection this publisher opened (reopened on next use)."""
+        con, self._con = self._con, None
+        if con is not None:
+            con.close()
 
     def prepare(self, events: pa.Table) -> PreparedBatch:
         return prepare(events, self.contract)
@@ -213,6 +223,7 @@ class Publisher:
             try:
                 self._build(ledger, tables, self.checkpoint(ledger, latest), stale[0])
                 built.append(stale[0])
+                logs.built(stale[0], self.group.name)
             except CommitConflict:
                 self.rebases += 1
                 time.sleep(self._backoff(attempt))
@@ -257,12 +268,18 @@ class Publisher:
                 f"{positions.dumps(end)} cover {covered} records"
             )
         identity = BatchIdentity(self.group.name, source, start, end, prepared.digest)
+        dataset = dataset or self.group.dataset_names[0]
+        logs.batch_started(dataset, identity.batch_id, source, start, end, events.num_rows)
         started = time.time()  # recorded on the snapshot: its timestamp minus this is the publish's duration
+        began = time.perf_counter()
         try:  # a dataset to build first (new, or left behind) is built by the loop's first attempt
-            return self._publish_with_retries(prepared, identity, dataset or self.group.dataset_names[0], started)
+            result = self._publish_with_retries(prepared, identity, dataset, started)
         except BlockedError as exc:
             self._audit(identity, exc, events.num_rows)
+            logs.refused(dataset, identity.batch_id, source, exc)
             raise
+        logs.batch_done(result, time.perf_counter() - began)
+        return result
 
     def _publish_with_retries(self, prepared: PreparedBatch, identity: BatchIdentity, dataset: str,
                               started: float) -> PublishResult:
@@ -289,11 +306,14 @@ class Publisher:
                 found = self._lookup.rows(ledger, head, prepared.side)
                 change = project(prepared.side, found, order_keys_version(ledger))
                 base_ledger = head
+                logs.projected(dataset, identity.batch_id, attempt, head, change.new_ledger_rows.num_rows)
             try:
                 return self._attempt(ledger, tables, latest, previous, change, identity, attempt, dataset, started)
             except CommitConflict:
                 self.rebases += 1
-                time.sleep(self._backoff(attempt))
+                wait = self._backoff(attempt)
+                logs.commit_retry(dataset, identity.batch_id, attempt, wait)
+                time.sleep(wait)
             except OutcomeUnknown:
                 # The database may have committed. Its state is definite now: look it up.
                 found_batch = find_batch(self.catalog.load_table(tables[dataset].name()), identity.batch_id)

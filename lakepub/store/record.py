@@ -63,6 +63,7 @@ class Counts:
 
     @classmethod
     def from_json(cls, text: str | None) -> "Counts":
+        """Counts from a snapshot summary's JSON (``orders_changed`` of older records included)."""
         raw = json.loads(text) if text else {}
         raw.setdefault("entities_changed", raw.get("orders_changed", 0))
         return cls(**{f.name: int(raw.get(f.name, 0)) for f in fields(cls)})
