@@ -38,10 +38,11 @@ from pyiceberg.table import Table, Transaction
 
 from lakepub import positions
 from lakepub.config import EntityGroup
+from lakepub.contract import gates
 from lakepub.contract.model import Contract
 from lakepub.errors import (
-    BlockedError, CommitContention, ConfigError, ForeignChange, InvalidPosition, OutcomeUnknown, PayloadConflict,
-    StaleStart,
+    BlockedError, CommitContention, ConfigError, ForeignChange, GateRefused, InvalidPosition, OutcomeUnknown,
+    PayloadConflict, StaleStart,
 )
 from lakepub.faults import fault_point
 from lakepub.identity import BatchIdentity, canonical, events_digest, fingerprint
@@ -52,7 +53,7 @@ from lakepub.publish.lookup import LedgerLookup
 from lakepub.publish.rebase import ledger_files_added_since, touches_entities
 from lakepub.publish.states import live_states
 from lakepub.publish.versioning import BatchSide, Change, Shape, prepare_batch, project
-from lakepub.store import audit, key_index
+from lakepub.store import audit, key_index, rejects
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode, reset_main
 from lakepub.store.files import FileWriter
 from lakepub.store.layout import ensure_ledger, ledger_arrow, ledger_id, order_keys_version
@@ -70,7 +71,8 @@ class PreparedBatch:
 
     events: pa.Table
     digest: str
-    side: BatchSide
+    side: BatchSide  # of the events the publish gates accept (all of them without gates)
+    verdict: gates.Verdict | None = None  # None: the contract declares no gate
 
 
 def prepare(events: pa.Table, contract: Contract) -> PreparedBatch:
@@ -78,8 +80,11 @@ def prepare(events: pa.Table, contract: Contract) -> PreparedBatch:
     compute the batch side of the projection (``Workspace.run`` prepares the next batch in its
     read-ahead thread while the current one publishes)."""
     events = canonical(events, contract)  # sorted once: the digest and the projection both need it
+    gate = gates.Gates.of(contract)  # None (a cached lookup) for a contract without constraints to check
+    verdict = gate.apply(events) if gate is not None else None
+    accepted = verdict.accepted if verdict is not None else events
     return PreparedBatch(events, events_digest(events, contract, is_canonical=True),
-                         prepare_batch(events, Shape.of(contract)))
+                         prepare_batch(accepted, Shape.of(contract)), verdict)
 
 
 @dataclass(frozen=True)
@@ -141,6 +146,12 @@ class Publisher:
         for spec in group.datasets:  # created if new; a definition that changed under it is refused
             self.writers[spec.name].check_definition(ensure_published(catalog, namespace, spec))
         self._lookup = LedgerLookup(lambda: self.con, ledger.location(), use_index=key_index, contract=group.contract)
+        # Publish gates (contract/gates.py): the partition columns their reports name, and the
+        # entity's rejects table (store/rejects.py), created once a lenient gate may need it.
+        self.gate_partitions = tuple(group.contract.constraints.partition_by) or tuple(
+            c for c in dict.fromkeys(spec.partition.column for spec in group.datasets) if c in group.contract.names)
+        if gates.Gates.of(group.contract) is not None and group.contract.terms.validation.mode == "lenient":
+            rejects.ensure_rejects(catalog, namespace, group.name)
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -258,12 +269,24 @@ class Publisher:
             )
         identity = BatchIdentity(self.group.name, source, start, end, prepared.digest)
         try:  # a dataset to build first (new, or left behind) is built by the loop's first attempt
-            return self._publish_with_retries(prepared, identity, dataset or self.group.dataset_names[0])
+            gate = self._gate(prepared) if prepared.verdict is not None else None
+            return self._publish_with_retries(prepared, identity, dataset or self.group.dataset_names[0], gate)
         except BlockedError as exc:
             self._audit(identity, exc, events.num_rows)
             raise
 
-    def _publish_with_retries(self, prepared: PreparedBatch, identity: BatchIdentity, dataset: str) -> PublishResult:
+    def _gate(self, prepared: PreparedBatch) -> gates.Outcome:
+        """Refuse the batch (strict, or a broken units promise) or say what a lenient publish adds."""
+        assert prepared.verdict is not None
+        entity = self.group.name
+        report = gates.refusal(prepared.verdict, prepared.events, self.gate_partitions,
+                               self.contract.terms.validation.mode, ".".join(rejects.rejects_id(self.namespace, entity)))
+        if report is not None:
+            raise GateRefused(report)
+        return gates.outcome(prepared.verdict, prepared.events, self.gate_partitions)
+
+    def _publish_with_retries(self, prepared: PreparedBatch, identity: BatchIdentity, dataset: str,
+                              gate: gates.Outcome | None = None) -> PublishResult:
         events = prepared.events
         change: Change | None = None
         base_ledger: int | None = None
@@ -288,7 +311,8 @@ class Publisher:
                 change = project(prepared.side, found, order_keys_version(ledger))
                 base_ledger = head
             try:
-                return self._attempt(ledger, tables, latest, previous, change, identity, attempt, dataset)
+                return self._attempt(ledger, tables, latest, previous, change, identity, attempt, dataset, gate,
+                                     events.num_rows)
             except CommitConflict:
                 self.rebases += 1
                 time.sleep(self._backoff(attempt))
@@ -331,7 +355,9 @@ class Publisher:
 
     def _attempt(self, ledger: Table, tables: dict[str, Table], latest: dict[str, Latest],
                  previous: PublishRecord | None, change: Change, identity: BatchIdentity, attempt: int,
-                 dataset: str) -> PublishResult:
+                 dataset: str, gate: gates.Outcome | None = None, n_events: int = 0) -> PublishResult:
+        if gate is not None:  # the batch's events, rejected ones included, and what the gates did
+            change = replace(change, counts=replace(change.counts, events=n_events, **gate.counts))
         # Every dataset's new partitions first: a refusal (a sum out of range) writes nothing.
         rewrites: dict[str, Rewrite] = {name: writer.rewrite(tables[name], change)
                                         for name, writer in self.writers.items()}
@@ -368,11 +394,16 @@ class Publisher:
                 totals=(own.totals if own else Counts()) + counts,
                 ledger_snapshot=ledger_snapshot,
                 partition_count=writer.partition_count(tables[name], rewrites[name]),
+                extra=gate.properties if gate is not None else {},
             )
             staged[name] = writer.stage(tables[name], rewrites[name], record)
         fault_point("after-data-write")
 
         changes = [TableChange(ledger, ledger_tx), *(TableChange(tables[n], staged[n][0]) for n in self.writers)]
+        if gate is not None and gate.rows:  # one more table in the same commit (ordered: before the published)
+            table = self.catalog.load_table(rejects.rejects_id(self.namespace, self.group.name))
+            if not rejects.holds_batch(table, identity.batch_id):
+                changes.insert(1, TableChange(table, rejects.stage(table, identity.batch_id, identity.source, gate.rows)))
         if self.ordered:
             commit_in_order(self.catalog, changes)
         else:
@@ -415,7 +446,8 @@ class Publisher:
         return wait + random.uniform(0, wait)
 
     def _audit(self, identity: BatchIdentity, exc: BlockedError, n_events: int) -> None:
-        outcome = "conflict" if isinstance(exc, PayloadConflict) else "stale-start"
+        outcome = ("conflict" if isinstance(exc, PayloadConflict) else "gate-refused" if isinstance(exc, GateRefused)
+                   else "stale-start")
         entry = audit.AuditEntry(self.group.name, identity.source, identity.batch_id, outcome, exc.one_line(), n_events)
         try:
             audit.record(self.catalog, self.namespace, entry)
