@@ -397,13 +397,13 @@ class Publisher:
                 extra=gate.properties if gate is not None else {},
             )
             staged[name] = writer.stage(tables[name], rewrites[name], record)
-        fault_point("after-data-write")
-
         changes = [TableChange(ledger, ledger_tx), *(TableChange(tables[n], staged[n][0]) for n in self.writers)]
         if gate is not None and gate.rows:  # one more table in the same commit (ordered: before the published)
             table = self.catalog.load_table(rejects.rejects_id(self.namespace, self.group.name))
             if not rejects.holds_batch(table, identity.batch_id):
                 changes.insert(1, TableChange(table, rejects.stage(table, identity.batch_id, identity.source, gate.rows)))
+        fault_point("after-data-write")
+
         if self.ordered:
             commit_in_order(self.catalog, changes)
         else:
