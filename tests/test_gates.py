@@ -316,9 +316,9 @@ def test_freshness_on_time_and_late_in_text_and_json(ws_path: Path, cli):
     assert fresh["state"] == "on time" and fresh["late_by_s"] is None and fresh["max_age_s"] == 7200
     from datetime import datetime, timedelta
 
-    later = (datetime.fromisoformat(published_at) + timedelta(hours=3)).isoformat()
+    later = (datetime.fromisoformat(published_at) + timedelta(hours=3, seconds=30)).isoformat()
     late = status(cli, "--as-of", later)["freshness"]
-    assert late["state"] == "late" and late["late_by_s"] == pytest.approx(3600, abs=1)
+    assert late["state"] == "late" and late["late_by_s"] == pytest.approx(3630, abs=1)
     assert "late by 1h00m (within 2h" in cli("status", "customers_current", "--as-of", later).out
 
     setup(ws_path, "strict", {}, freshness="published by 08:00 UTC daily")
@@ -335,3 +335,22 @@ def test_freshness_on_time_and_late_in_text_and_json(ws_path: Path, cli):
     assert s["state"] == "late" and s["late_by_s"] == pytest.approx(1800, abs=1)
     res = cli("status", "customers_current", "--as-of", "yesterday")
     assert res.code == 2 and "--as-of" in res.err
+
+
+def test_unique_is_checked_over_the_published_current_state_too(ws_path: Path, cli):
+    setup(ws_path, "lenient")
+    batches = Batches(ws_path, cli)
+    assert batches.publish([ev("c1", email="a@x"), ev("c2", email="b@x")]).code == 0
+    # c9 takes c1's published email: rejected. c1 moves to a new email in the same batch as c10
+    # takes its old one: both fine (the published row of c1 is replaced by this batch).
+    res = batches.publish([ev("c9", email="b@x"), ev("c1", 2, email="new@x"), ev("c10", email="a@x")])
+    assert res.code == 0 and res.json()["counts"]["rejected"] == 1, res.out
+    [row] = rejected(cli)
+    assert json.loads(row["event"])["customer_id"] == "c9" and row["rule"] == "unique"
+    assert "published rows of customers_current" in row["detail"]
+    assert {k: r["email"] for k, r in published(cli).items()} == {"c1": "new@x", "c2": "b@x", "c10": "a@x"}
+
+    setup(ws_path, "strict")
+    res = batches.publish([ev("c11", email="new@x", country="DE")])
+    assert res.code == 3 and "rule unique (over the published rows of customers_current) on column email" in res.err
+    assert "country=DE" in res.err and "'new@x'" in res.err

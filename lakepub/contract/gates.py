@@ -146,7 +146,8 @@ class Gates:
     def of(contract: Contract) -> "Gates | None":
         return _compiled(contract)
 
-    def apply(self, events: pa.Table) -> Verdict:
+    def apply(self, events: pa.Table, extra: dict[Rule, np.ndarray] | None = None) -> Verdict:
+        """``extra``: more rejecting rules with their masks (``published_clashes``)."""
         n = events.num_rows
         deleted = self.contract.entity.deleted
         live = (np.ones(n, bool) if deleted is None
@@ -200,6 +201,8 @@ class Gates:
             mask = self._duplicates(columns, cols, live)
             if mask.any():
                 bad[Rule("unique", cols, "")] = mask
+        for rule, mask in (extra or {}).items():
+            bad[rule] = mask
         accepted_table = pa.table(columns) if changed else events
         if not bad:
             return Verdict(_canonical(accepted_table, self.contract, changed), np.zeros(0, np.int64), [], {},
@@ -218,6 +221,44 @@ class Gates:
         inferred = {f: k for f, k in inferred.items() if k}
         return Verdict(_canonical(kept, self.contract, changed), rejected, first, bad, inferred, mapped,
                        self.units_problem)
+
+    def published_clashes(self, con: Any, events: pa.Table, verdict: Verdict,
+                          published: list[tuple[str, str, tuple[str, ...]]]) -> dict[Rule, np.ndarray]:
+        """Unique on the output: live accepted events whose values of a unique set another entity
+        (not in the batch) already has in a current-state dataset that publishes the set and the
+        key (``published``: (dataset, metadata location, columns)), read through DuckDB ``con``."""
+        from lakepub.duck import name, scan_sql
+
+        key = list(self.contract.entity.key)
+        out: dict[Rule, np.ndarray] = {}
+        n = events.num_rows
+        if not self.unique or not n:
+            return out
+        deleted = self.contract.entity.deleted
+        live = (np.ones(n, bool) if deleted is None
+                else ~events.column(deleted).to_numpy(zero_copy_only=False).astype(bool))
+        live[verdict.rejected] = False
+        for cols in self.unique:
+            found = next(((d, loc) for d, loc, have in published if {*cols, *key} <= set(have)), None)
+            if found is None:
+                continue
+            names = list(dict.fromkeys([*cols, *key]))
+            batch = events.select(names).append_column("__i", pa.array(np.arange(n))).append_column(
+                "__live", pa.array(live))
+            con.register("lp_gate_batch", batch)
+            try:
+                on = " AND ".join(f"b.{name(c)} = p.{name(c)}" for c in cols)
+                same = " AND ".join(f"k.{name(c)} = p.{name(c)}" for c in key)
+                hit = con.execute(
+                    f"SELECT DISTINCT b.__i FROM lp_gate_batch b JOIN {scan_sql(found[1])} p ON {on} "
+                    f"WHERE b.__live AND NOT EXISTS (SELECT 1 FROM lp_gate_batch k WHERE {same})").fetchall()
+            finally:
+                con.unregister("lp_gate_batch")
+            if hit:
+                mask = np.zeros(n, bool)
+                mask[[i for (i,) in hit]] = True
+                out[Rule("unique", cols, f"(over the published rows of {found[0]})")] = mask
+        return out
 
     def _duplicates(self, columns: dict[str, pa.ChunkedArray], cols: tuple[str, ...], live: np.ndarray) -> np.ndarray:
         """Live events whose values of ``cols`` another entity of the batch also has live."""

@@ -3,7 +3,10 @@
 An entity (``EntityGroup``: the datasets that name it) has one ledger and one published table per
 dataset; a batch moves all of them in one atomic commit, recording the same positions on each.
 
-1. validate the batch's range (events were validated against the contract when read);
+1. validate the batch's range (events were validated against the contract when read); the
+   contract's publish gates (``publish/gating.py``) refuse it (strict) or set the events they
+   reject aside (lenient: only the accepted ones are projected; the rejected ones are appended to
+   the entity's rejects table in the commit of step 5);
 2. the start vector must equal the committed vector of its source, else the batch is either
    already published (same identity in the history: success, nothing to do) or stale (refused);
 3. project the batch against the ledger (``publish/versioning.py``; conflicts block the publish);
@@ -47,13 +50,14 @@ from lakepub.errors import (
 from lakepub.faults import fault_point
 from lakepub.identity import BatchIdentity, canonical, events_digest, fingerprint
 from lakepub.positions import Vector
+from lakepub.publish import gating
 from lakepub.publish.datasets import DatasetWriter, Rewrite
 from lakepub.publish.guards import check_contract
 from lakepub.publish.lookup import LedgerLookup
 from lakepub.publish.rebase import ledger_files_added_since, touches_entities
 from lakepub.publish.states import live_states
 from lakepub.publish.versioning import BatchSide, Change, Shape, prepare_batch, project
-from lakepub.store import audit, key_index, rejects
+from lakepub.store import audit, key_index
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode, reset_main
 from lakepub.store.files import FileWriter
 from lakepub.store.layout import ensure_ledger, ledger_arrow, ledger_id, order_keys_version
@@ -146,12 +150,8 @@ class Publisher:
         for spec in group.datasets:  # created if new; a definition that changed under it is refused
             self.writers[spec.name].check_definition(ensure_published(catalog, namespace, spec))
         self._lookup = LedgerLookup(lambda: self.con, ledger.location(), use_index=key_index, contract=group.contract)
-        # Publish gates (contract/gates.py): the partition columns their reports name, and the
-        # entity's rejects table (store/rejects.py), created once a lenient gate may need it.
-        self.gate_partitions = tuple(group.contract.constraints.partition_by) or tuple(
-            c for c in dict.fromkeys(spec.partition.column for spec in group.datasets) if c in group.contract.names)
-        if gates.Gates.of(group.contract) is not None and group.contract.terms.validation.mode == "lenient":
-            rejects.ensure_rejects(catalog, namespace, group.name)
+        self.gate_partitions = gating.partition_columns(group)  # publish gates: publish/gating.py
+        gating.ensure_tables(catalog, namespace, group)
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -269,21 +269,14 @@ class Publisher:
             )
         identity = BatchIdentity(self.group.name, source, start, end, prepared.digest)
         try:  # a dataset to build first (new, or left behind) is built by the loop's first attempt
-            gate = self._gate(prepared) if prepared.verdict is not None else None
+            gate = None
+            if prepared.verdict is not None:  # refused here (strict), or what a lenient publish adds
+                prepared, gate = gating.check(self.catalog, self.namespace, self.group, lambda: self.con, prepared,
+                                              self.gate_partitions)
             return self._publish_with_retries(prepared, identity, dataset or self.group.dataset_names[0], gate)
         except BlockedError as exc:
             self._audit(identity, exc, events.num_rows)
             raise
-
-    def _gate(self, prepared: PreparedBatch) -> gates.Outcome:
-        """Refuse the batch (strict, or a broken units promise) or say what a lenient publish adds."""
-        assert prepared.verdict is not None
-        entity = self.group.name
-        report = gates.refusal(prepared.verdict, prepared.events, self.gate_partitions,
-                               self.contract.terms.validation.mode, ".".join(rejects.rejects_id(self.namespace, entity)))
-        if report is not None:
-            raise GateRefused(report)
-        return gates.outcome(prepared.verdict, prepared.events, self.gate_partitions)
 
     def _publish_with_retries(self, prepared: PreparedBatch, identity: BatchIdentity, dataset: str,
                               gate: gates.Outcome | None = None) -> PublishResult:
@@ -398,10 +391,9 @@ class Publisher:
             )
             staged[name] = writer.stage(tables[name], rewrites[name], record)
         changes = [TableChange(ledger, ledger_tx), *(TableChange(tables[n], staged[n][0]) for n in self.writers)]
-        if gate is not None and gate.rows:  # one more table in the same commit (ordered: before the published)
-            table = self.catalog.load_table(rejects.rejects_id(self.namespace, self.group.name))
-            if not rejects.holds_batch(table, identity.batch_id):
-                changes.insert(1, TableChange(table, rejects.stage(table, identity.batch_id, identity.source, gate.rows)))
+        rejected = gating.rejects_change(self.catalog, self.namespace, self.group.name, identity, gate)
+        if rejected is not None:  # one more table in the same commit (ordered: before the published tables)
+            changes.insert(1, rejected)
         fault_point("after-data-write")
 
         if self.ordered:
