@@ -278,17 +278,19 @@ def test_enum_mapping_and_history_only_defaults_are_flagged(ws_path: Path, cli):
                                         "other": "other"},
                                        {"col": "country", "values": ["FR", "DE"], "on_new": "unknown"}]})
     batches = Batches(ws_path, cli)
-    res = batches.publish([ev("c1", plan=None, status="brand-new", country="US"), ev("c2", plan="pro")])
+    # c1 arrives three times: mapped and filled, the copies are one version (duplicates, no conflict).
+    c1 = ev("c1", plan=None, status="brand-new", country="US")
+    res = batches.publish([c1, ev("c2", plan="pro"), {**c1, "status": "other"}, {**c1, "plan": "basic", "country": None}])
     assert res.code == 0, res.err
     counts = res.json()["counts"]
-    assert counts["rejected"] == 0 and counts["inferred_from_schema_default"] == 1
+    assert counts["rejected"] == 0 and counts["inferred_from_schema_default"] == 2 and counts["duplicates"] == 2
     rows = published(cli)
     assert (rows["c1"]["plan"], rows["c1"]["status"], rows["c1"]["country"]) == ("basic", "other", None)
     assert rows["c2"]["plan"] == "pro"
     ws = Workspace.open(ws_path)
     summary = ws.catalog.load_table((NS, "customers_current")).current_snapshot().summary.additional_properties
-    assert json.loads(summary["lakepub.inferred-from-schema-default"]) == {"plan": 1}
-    assert status(cli)["totals"]["inferred_from_schema_default"] == 1
+    assert json.loads(summary["lakepub.inferred-from-schema-default"]) == {"plan": 2}
+    assert status(cli)["totals"]["inferred_from_schema_default"] == 2
 
 
 def test_the_janitor_keeps_live_rejects_and_removes_orphans(ws_path: Path, cli, cli_process):
