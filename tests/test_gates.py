@@ -356,3 +356,16 @@ def test_unique_is_checked_over_the_published_current_state_too(ws_path: Path, c
     res = batches.publish([ev("c11", email="new@x", country="DE")])
     assert res.code == 3 and "rule unique (over the published rows of customers_current) on column email" in res.err
     assert "country=DE" in res.err and "'new@x'" in res.err
+
+
+def test_the_position_check_comes_before_the_gates(ws_path: Path, cli):
+    setup(ws_path, "lenient")
+    batches = Batches(ws_path, cli)
+    batch = [ev("c1"), ev("c2", mrr=-5)]
+    assert batches.publish(batch).json()["counts"]["rejected"] == 1
+    setup(ws_path, "strict")  # the contract turned strict: the published batch is still published
+    again = batches.publish(batch, start=0)
+    assert again.code == 0 and again.json()["status"] == "already-published"
+    stale = batches.publish([ev("c3", mrr=-1)], start=1)  # a stale start is refused as such
+    assert stale.code == 3 and "stale start" in stale.err and "publish gate" not in stale.err
+    assert status(cli)["gate_refused"] == 0

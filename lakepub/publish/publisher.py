@@ -3,12 +3,12 @@
 An entity (``EntityGroup``: the datasets that name it) has one ledger and one published table per
 dataset; a batch moves all of them in one atomic commit, recording the same positions on each.
 
-1. validate the batch's range (events were validated against the contract when read); the
-   contract's publish gates (``publish/gating.py``) refuse it (strict) or set the events they
-   reject aside (lenient: only the accepted ones are projected; the rejected ones are appended to
-   the entity's rejects table in the commit of step 5);
+1. validate the batch's range (events were validated against the contract when read);
 2. the start vector must equal the committed vector of its source, else the batch is either
    already published (same identity in the history: success, nothing to do) or stale (refused);
+   then the contract's publish gates (``publish/gating.py``) refuse it (strict) or set the events
+   they reject aside (lenient: only the accepted ones are projected; the rejected ones are
+   appended to the entity's rejects table in the commit of step 5);
 3. project the batch against the ledger (``publish/versioning.py``; conflicts block the publish);
 4. every dataset rewrites the partitions the changed entities touch (``publish/datasets.py``;
    its current rows and files are kept between publishes while no one else moves it);
@@ -269,18 +269,14 @@ class Publisher:
             )
         identity = BatchIdentity(self.group.name, source, start, end, prepared.digest)
         try:  # a dataset to build first (new, or left behind) is built by the loop's first attempt
-            gate = None
-            if prepared.verdict is not None:  # refused here (strict), or what a lenient publish adds
-                prepared, gate = gating.check(self.catalog, self.namespace, self.group, lambda: self.con, prepared,
-                                              self.gate_partitions)
-            return self._publish_with_retries(prepared, identity, dataset or self.group.dataset_names[0], gate)
+            return self._publish_with_retries(prepared, identity, dataset or self.group.dataset_names[0])
         except BlockedError as exc:
             self._audit(identity, exc, events.num_rows)
             raise
 
-    def _publish_with_retries(self, prepared: PreparedBatch, identity: BatchIdentity, dataset: str,
-                              gate: gates.Outcome | None = None) -> PublishResult:
+    def _publish_with_retries(self, prepared: PreparedBatch, identity: BatchIdentity, dataset: str) -> PublishResult:
         events = prepared.events
+        gate: gates.Outcome | None = None  # what the publish gates add to a lenient publish
         change: Change | None = None
         base_ledger: int | None = None
         for attempt in range(1, self.max_attempts + 1):
@@ -293,6 +289,9 @@ class Publisher:
             done = self._check_position(tables[dataset], previous, identity, attempt, dataset)
             if done is not None:
                 return done
+            if prepared.verdict is not None and gate is None:  # a new batch: refused here (strict) or let through
+                prepared, gate = gating.check(self.catalog, self.namespace, self.group, lambda: self.con, prepared,
+                                              self.gate_partitions)
             # The ledger snapshot the published tables name: under the atomic commit it is the
             # ledger's main; after an ordered-mode crash (or a switch of mode) main may hold an
             # append no publish names, so the recorded snapshot is read and built on, in both modes.
