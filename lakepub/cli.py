@@ -138,8 +138,11 @@ def run(ctx: click.Context, dataset: str, landing: Path | None, max_batch: int, 
     changed = sum(b.counts.entities_changed for b in result.batches)
     dups = sum(b.counts.duplicates for b in result.batches)
     moved = sorted({name for b in result.batches for name in b.datasets} or {dataset})
+    rejected = sum(b.counts.rejected for b in result.batches)
+    gated = f", {rejected} rejected by the publish gates (lakepub rejects {dataset})" if rejected else ""
     click.echo(f"published {len(result.batches)} batch(es), {result.events} events ({changed} entities changed, "
-               f"{dups} duplicates ignored) into {', '.join(moved)}; {result.source} now at {output.vector(result.end)}")
+               f"{dups} duplicates ignored{gated}) into {', '.join(moved)}; {result.source} now at "
+               f"{output.vector(result.end)}")
 
 
 @main.command()

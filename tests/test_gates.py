@@ -369,3 +369,14 @@ def test_the_position_check_comes_before_the_gates(ws_path: Path, cli):
     stale = batches.publish([ev("c3", mrr=-1)], start=1)  # a stale start is refused as such
     assert stale.code == 3 and "stale start" in stale.err and "publish gate" not in stale.err
     assert status(cli)["gate_refused"] == 0
+
+
+def test_run_from_landing_counts_the_rejected_events(ws_path: Path, cli):
+    setup(ws_path, "lenient")
+    landing = ws_path / "landing" / "customers" / "p0"
+    landing.mkdir(parents=True)
+    (landing / "00000.jsonl").write_text("".join(json.dumps(e) + "\n" for e in [ev("c1"), ev("c2", mrr=-1), ev("c3")]))
+    res = cli("run", "customers_current")
+    assert res.code == 0 and "1 rejected by the publish gates" in res.out, res.out + res.err
+    assert set(published(cli)) == {"c1", "c3"} and len(rejected(cli)) == 1
+    assert cli("run", "customers_current").code == 0 and len(rejected(cli)) == 1  # nothing new: nothing again
