@@ -8,6 +8,7 @@ Exit codes: 0 ok (including "already published"), 1 verify mismatch or internal 
 from __future__ import annotations
 
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import click
 
 from lakepub import output, reports
 from lakepub.cli_support import format_option, handle_errors
+from lakepub.errors import UserError
 from lakepub.workspace import Workspace
 
 EXIT_CODES_HELP = (
@@ -101,6 +103,8 @@ def publish(ctx: click.Context, dataset: str, events_path: Path, source: str | N
     click.echo(f"  events {c.events}, new versions {c.new_versions}, duplicates {c.duplicates}, stale {c.stale}, "
                f"superseded {c.superseded}, "
                f"deletes {c.deletes}, entities changed {c.entities_changed}")
+    if c.rejected:
+        click.echo(f"  rejected {c.rejected} event(s) by the contract's publish gates (see: lakepub rejects {dataset})")
     click.echo(f"  partitions rewritten: {', '.join(result.partitions) or 'none'}")
     for other, partitions in sorted(result.datasets.items()):
         if other != dataset:  # the entity's other datasets moved in the same commit
@@ -168,8 +172,11 @@ def run(ctx: click.Context, dataset: str, landing: Path | None, max_batch: int, 
     changed = sum(b.counts.entities_changed for b in result.batches)
     dups = sum(b.counts.duplicates for b in result.batches)
     moved = sorted({name for b in result.batches for name in b.datasets} or {dataset})
+    rejected = sum(b.counts.rejected for b in result.batches)
+    gated = f", {rejected} rejected by the publish gates (lakepub rejects {dataset})" if rejected else ""
     click.echo(f"published {len(result.batches)} batch(es), {result.events} events ({changed} entities changed, "
-               f"{dups} duplicates ignored) into {', '.join(moved)}; {result.source} now at {output.vector(result.end)}")
+               f"{dups} duplicates ignored{gated}) into {', '.join(moved)}; {result.source} now at "
+               f"{output.vector(result.end)}")
 
 
 @main.command()
@@ -189,19 +196,31 @@ def query(ctx: click.Context, sql: str, fmt: str) -> None:
 @main.command()
 @click.argument("dataset", required=False)
 @click.option("--landing", default=None, help="Landing folder to measure the backlog of (default: the source's).")
+@click.option("--as-of", "as_of", default=None, metavar="TIME",
+              help="Judge the contract's freshness at this ISO 8601 instant (UTC if no offset; default: now).")
 @format_option
 @click.pass_context
 @handle_errors
-def status(ctx: click.Context, dataset: str | None, landing: str | None, fmt: str) -> None:
-    """Published snapshot, positions, partitions, totals, counts and landing backlog."""
+def status(ctx: click.Context, dataset: str | None, landing: str | None, as_of: str | None, fmt: str) -> None:
+    """Published snapshot, positions, partitions, totals, counts (rejected events included),
+    landing backlog and, where the contract promises it, freshness (on time / late by how much)."""
     ws = _ws(ctx)
     names = [dataset] if dataset else sorted(ws.config.datasets)
-    statuses = [reports.status(ws, name, landing=landing) for name in names]
+    now = _instant(as_of) if as_of else None
+    statuses = [reports.status(ws, name, landing=landing, now=now) for name in names]
     if fmt == "json":
         click.echo(output.to_json([s.as_dict() for s in statuses]))
         return
     for s in statuses:
         click.echo(reports.status_text(s))
+
+
+def _instant(text: str) -> datetime:
+    try:
+        at = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise UserError(f"--as-of: {text!r} is not an ISO 8601 instant (e.g. 2026-12-01T08:00:00Z)") from None
+    return at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
 
 
 @main.command()
@@ -219,7 +238,11 @@ def log(ctx: click.Context, dataset: str, limit: int | None, fmt: str) -> None:
     rows = [[e.snapshot_id, e.committed_at, e.batch_id[:12], e.source, output.vector(e.end), e.counts.events,
              e.counts.entities_changed, ",".join(e.partitions) if len(e.partitions) <= 3 else f"{len(e.partitions)} partitions"]
             for e in entries]
-    click.echo(output.table(["snapshot", "committed", "batch", "source", "end", "events", "changed", "rewrote"], rows))
+    headers = ["snapshot", "committed", "batch", "source", "end", "events", "changed", "rewrote"]
+    if any(e.counts.rejected for e in entries):  # publish gates of a lenient contract kept events out
+        headers.append("rejected")
+        rows = [[*row, e.counts.rejected] for row, e in zip(rows, entries)]
+    click.echo(output.table(headers, rows))
 
 
 @main.command()
@@ -294,6 +317,10 @@ _lineage(main)
 from lakepub.ops.cli import register_cli as _ops  # noqa: E402 - metrics, tables, catalog-config
 
 _ops(main)
+
+from lakepub.contract.gates_cli import register_cli as _gates  # noqa: E402 - rejects
+
+_gates(main)
 
 if __name__ == "__main__":
     main()

@@ -194,9 +194,10 @@ def load_datasets(catalog_dir: Path) -> dict[str, DatasetSpec]:
             raise ConfigError(f"{path}: contract '{raw.contract}' not found in {catalog_dir / 'contracts'}")
         if not raw.name.isidentifier():
             raise ConfigError(f"{path}: dataset name '{raw.name}' must be a SQL identifier (letters, digits, _)")
-        if raw.name.endswith("__ledger") or raw.name == AUDIT_TABLE:
+        if raw.name.endswith(("__ledger", "__rejects")) or raw.name == AUDIT_TABLE:
             raise ConfigError(f"{path}: 'name': '{raw.name}' is the name of one of lakepub's own tables "
-                              "(entity ledgers end in __ledger; the audit table); choose another name")
+                              "(entity ledgers end in __ledger, rejects tables in __rejects; the audit table); "
+                              "choose another name")
         if not valid_name(raw.source):  # it names the landing folder landing/<source>/
             raise ConfigError(f"{path}: source name '{raw.source}' is not valid: use {NAME_RULE}")
         entity = raw.entity or raw.name

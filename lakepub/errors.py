@@ -3,7 +3,8 @@
 The families separate what a caller should do next:
 
 * ``UserError`` (exit 2): the input or configuration is wrong; fix it, nothing was written.
-* ``BlockedError`` (exit 3): the protocol refused the batch (payload conflict, stale start).
+* ``BlockedError`` (exit 3): the protocol refused the batch (payload conflict, stale start, a
+  strict publish gate).
   Nothing was published; retrying the same batch will be refused again.
 * ``RetryableError`` (exit 4): failed, nothing published, safe to retry as is (commit contention,
   a catalog database locked past its busy timeout, a full disk before the commit).
@@ -174,6 +175,11 @@ class StaleStart(BlockedError):
             f"stale start for source '{source}': batch starts at {_vec(start)} "
             f"but the committed position is {_vec(committed)}; nothing was published" + (f" ({note})" if note else "")
         )
+
+
+class GateRefused(BlockedError):
+    """A ``validation.mode: strict`` contract's constraint rejected events of the batch (or a
+    ``units`` promise of the contract is broken): nothing was published (``contract/gates.py``)."""
 
 
 class ForeignChange(BlockedError):

@@ -67,6 +67,8 @@ class DatasetStatus:
     totals: Counts = field(default_factory=Counts)
     conflicts: int = 0
     stale_refused: int = 0
+    gate_refused: int = 0  # batches a strict publish gate refused (contract/gates.py)
+    freshness: dict[str, object] | None = None  # the contract's freshness promise, judged (contract/freshness.py)
     landing: LandingStatus | None = None
     note: str | None = None  # e.g. the current snapshot was written outside lakepub
     metadata_location: str | None = None  # the catalog's: what an outside reader should open
@@ -114,13 +116,15 @@ class VerifyReport:
         return {**asdict(self), "ok": self.ok}
 
 
-def status(ws: Workspace, dataset: str, *, landing: str | None = None) -> DatasetStatus:
+def status(ws: Workspace, dataset: str, *, landing: str | None = None, now: datetime | None = None) -> DatasetStatus:
     spec = ws.dataset(dataset)
     table = ws._summary_table(dataset)  # noqa: SLF001 - same package
     refused = _refused_counts(ws, dataset)
     snapshot = table.current_snapshot() if table is not None else None
+    fresh = _freshness(spec.contract, table, now)
     if snapshot is None:
-        return DatasetStatus(dataset, spec.contract.schema_ref, False, landing=_landing(ws, dataset, {}, landing), **refused)
+        return DatasetStatus(dataset, spec.contract.schema_ref, False, landing=_landing(ws, dataset, {}, landing),
+                             freshness=fresh, **refused)
     history = next(published_history(table), None)
     record = history[1] if history else None
     measures = [m.name for m in getattr(spec.kind, "measures", [])]
@@ -158,8 +162,18 @@ def status(ws: Workspace, dataset: str, *, landing: str | None = None) -> Datase
         note=(f"current {describe(foreign)}; positions and totals are those of lakepub's last publish "
               "('lakepub verify' checks its data)") if foreign is not None else None,
         metadata_location=table.metadata_location,
+        freshness=fresh,
         **refused,
     )
+
+
+def _freshness(contract: Contract, table, now: datetime | None) -> dict[str, object] | None:
+    if not contract.terms.freshness:
+        return None
+    from lakepub.contract.freshness import evaluate
+
+    times = [s.timestamp_ms for s, _ in published_history(table)] if table is not None else []
+    return evaluate(contract.terms.freshness, times, now or datetime.now(timezone.utc)).as_dict()
 
 
 def log(ws: Workspace, dataset: str, limit: int | None = None) -> list[LogEntry]:
@@ -308,16 +322,17 @@ def _published_ledger_snapshot(ws: Workspace, dataset: str, ledger) -> int | Non
 def _refused_counts(ws: Workspace, dataset: str) -> dict[str, int]:
     table = audit.audit_table(ws.catalog, ws.config.namespace)
     if table is None or table.metadata.current_snapshot_id is None:
-        return {"conflicts": 0, "stale_refused": 0}
+        return {"conflicts": 0, "stale_refused": 0, "gate_refused": 0}
     con = duck.connect(ws.config.catalog)
     try:
-        conflicts, stale = con.execute(
-            f"SELECT count(*) FILTER (WHERE outcome = 'conflict'), count(*) FILTER (WHERE outcome = 'stale-start') "
+        conflicts, stale, gated = con.execute(
+            f"SELECT count(*) FILTER (WHERE outcome = 'conflict'), count(*) FILTER (WHERE outcome = 'stale-start'), "
+            f"count(*) FILTER (WHERE outcome = 'gate-refused') "
             f"FROM {_scan(table)} WHERE dataset = ?", [ws.config.group(dataset).name]
         ).fetchone()
     finally:
         con.close()
-    return {"conflicts": conflicts, "stale_refused": stale}
+    return {"conflicts": conflicts, "stale_refused": stale, "gate_refused": gated}
 
 
 def _scan(table, snapshot_id: int | None = None, *, checked: bool = False) -> str:
@@ -356,10 +371,18 @@ def status_text(s: DatasetStatus) -> str:
             *([f"  totals              " + "   ".join(f"{m} {v}" for m, v in s.measures.items())] if s.measures else []),
             f"  events              {t.events} (new versions {t.new_versions}, duplicates {t.duplicates}, "
             f"stale {t.stale}, superseded {t.superseded}, deletes {t.deletes})",
+            *([f"  gates               rejected {t.rejected} event(s) (in the rejects table), "
+               f"{t.inferred_from_schema_default} value(s) inferred from a history_only default"]
+              if t.rejected or t.inferred_from_schema_default else []),
         ]
+    if s.freshness is not None:
+        from lakepub.contract.freshness import Freshness
+
+        lines.append(f"  freshness           {Freshness(**s.freshness).text()}")
     if s.note:
         lines.append(f"  note                {s.note}")
-    lines.append(f"  refused             conflicts {s.conflicts}, stale starts {s.stale_refused}")
+    lines.append(f"  refused             conflicts {s.conflicts}, stale starts {s.stale_refused}"
+                 + (f", gate refusals {s.gate_refused}" if s.gate_refused else ""))
     if s.landing is not None:
         lines.append(f"  landing             {s.landing.pending} unprocessed record(s), oldest "
                      f"{output.human_age(s.landing.oldest_age_s)} ({s.landing.oldest_unprocessed or '-'})")

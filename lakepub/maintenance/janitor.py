@@ -1,7 +1,8 @@
 """The janitor: expire old snapshots, then delete the files nothing references any more.
 
-For each lakepub table (both tables of each selected dataset; with no dataset named, every
-dataset of the workspace plus the shared audit table):
+For each lakepub table (the published table of each selected dataset, its entity's ledger and,
+where lenient publish gates made one, its rejects table; with no dataset named, every dataset of
+the workspace plus the shared audit table):
 
 1. list the files under the table location, load the metadata and check that both describe the
    same place (``orphans.check_listing``); this is done for every table before anything is
@@ -40,6 +41,7 @@ from lakepub.maintenance.orphans import check_listing, check_not_nested, classif
 from lakepub.maintenance.reachability import Progress, Reachability, live_partition_labels
 from lakepub.store.audit import AUDIT_TABLE
 from lakepub.store.layout import ledger_id, summary_id
+from lakepub.store.rejects import rejects_id
 from lakepub.store.record import snapshot_record
 from lakepub.workspace import Workspace
 
@@ -68,7 +70,7 @@ class JanitorOptions:
 
 @dataclass(frozen=True)
 class Target:
-    """One table to clean and its role: ``published``, ``ledger`` or ``audit``."""
+    """One table to clean and its role: ``published``, ``ledger``, ``rejects`` or ``audit``."""
 
     ident: tuple[str, str]
     role: str
@@ -161,6 +163,8 @@ def targets(ws: Workspace, datasets: Sequence[str] = ()) -> list[Target]:
         if group.name not in ledgers:
             ledgers.add(group.name)
             out.append(Target(ledger_id(ns, group.name), "ledger", name, group.dataset_names))
+            # The entity's rejects table (lenient publish gates), skipped if it does not exist.
+            out.append(Target(rejects_id(ns, group.name), "rejects", name, group.dataset_names))
     if not datasets:
         out.append(Target((ns, AUDIT_TABLE), "audit"))
     return out

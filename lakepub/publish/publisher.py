@@ -6,6 +6,9 @@ dataset; a batch moves all of them in one atomic commit, recording the same posi
 1. validate the batch's range (events were validated against the contract when read);
 2. the start vector must equal the committed vector of its source, else the batch is either
    already published (same identity in the history: success, nothing to do) or stale (refused);
+   then the contract's publish gates (``publish/gating.py``) refuse it (strict) or set the events
+   they reject aside (lenient: only the accepted ones are projected; the rejected ones are
+   appended to the entity's rejects table in the commit of step 5);
 3. project the batch against the ledger (``publish/versioning.py``; conflicts block the publish);
 4. every dataset rewrites the partitions the changed entities touch (``publish/datasets.py``;
    its current rows and files are kept between publishes while no one else moves it);
@@ -38,14 +41,16 @@ from pyiceberg.table import Table, Transaction
 
 from lakepub import logs, positions
 from lakepub.config import EntityGroup
+from lakepub.contract import gates
 from lakepub.contract.model import Contract
 from lakepub.errors import (
-    BlockedError, CommitContention, ConfigError, ForeignChange, InvalidPosition, OutcomeUnknown, PayloadConflict,
-    StaleStart,
+    BlockedError, CommitContention, ConfigError, ForeignChange, GateRefused, InvalidPosition, OutcomeUnknown,
+    PayloadConflict, StaleStart,
 )
 from lakepub.faults import fault_point
 from lakepub.identity import BatchIdentity, canonical, events_digest, fingerprint
 from lakepub.positions import Vector
+from lakepub.publish import gating
 from lakepub.publish.datasets import DatasetWriter, Rewrite
 from lakepub.publish.guards import check_contract
 from lakepub.publish.lookup import LedgerLookup
@@ -70,7 +75,8 @@ class PreparedBatch:
 
     events: pa.Table
     digest: str
-    side: BatchSide
+    side: BatchSide  # of the events the publish gates accept (all of them without gates)
+    verdict: gates.Verdict | None = None  # None: the contract declares no gate
 
 
 def prepare(events: pa.Table, contract: Contract) -> PreparedBatch:
@@ -78,8 +84,11 @@ def prepare(events: pa.Table, contract: Contract) -> PreparedBatch:
     compute the batch side of the projection (``Workspace.run`` prepares the next batch in its
     read-ahead thread while the current one publishes)."""
     events = canonical(events, contract)  # sorted once: the digest and the projection both need it
+    gate = gates.Gates.of(contract)  # None (a cached lookup) for a contract without constraints to check
+    verdict = gate.apply(events) if gate is not None else None
+    accepted = verdict.accepted if verdict is not None else events
     return PreparedBatch(events, events_digest(events, contract, is_canonical=True),
-                         prepare_batch(events, Shape.of(contract)))
+                         prepare_batch(accepted, Shape.of(contract)), verdict)
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,8 @@ class Publisher:
         for spec in group.datasets:  # created if new; a definition that changed under it is refused
             self.writers[spec.name].check_definition(ensure_published(catalog, namespace, spec))
         self._lookup = LedgerLookup(lambda: self.con, ledger.location(), use_index=key_index, contract=group.contract)
+        self.gate_partitions = gating.partition_columns(group)  # publish gates: publish/gating.py
+        gating.ensure_tables(catalog, namespace, group)
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -284,6 +295,7 @@ class Publisher:
     def _publish_with_retries(self, prepared: PreparedBatch, identity: BatchIdentity, dataset: str,
                               started: float) -> PublishResult:
         events = prepared.events
+        gate: gates.Outcome | None = None  # what the publish gates add to a lenient publish
         change: Change | None = None
         base_ledger: int | None = None
         for attempt in range(1, self.max_attempts + 1):
@@ -296,6 +308,9 @@ class Publisher:
             done = self._check_position(tables[dataset], previous, identity, attempt, dataset)
             if done is not None:
                 return done
+            if prepared.verdict is not None and gate is None:  # a new batch: refused here (strict) or let through
+                prepared, gate = gating.check(self.catalog, self.namespace, self.group, lambda: self.con, prepared,
+                                              self.gate_partitions)
             # The ledger snapshot the published tables name: under the atomic commit it is the
             # ledger's main; after an ordered-mode crash (or a switch of mode) main may hold an
             # append no publish names, so the recorded snapshot is read and built on, in both modes.
@@ -308,7 +323,8 @@ class Publisher:
                 base_ledger = head
                 logs.projected(dataset, identity.batch_id, attempt, head, change.new_ledger_rows.num_rows)
             try:
-                return self._attempt(ledger, tables, latest, previous, change, identity, attempt, dataset, started)
+                return self._attempt(ledger, tables, latest, previous, change, identity, attempt, dataset, started,
+                                     gate, events.num_rows)
             except CommitConflict:
                 self.rebases += 1
                 wait = self._backoff(attempt)
@@ -353,7 +369,9 @@ class Publisher:
 
     def _attempt(self, ledger: Table, tables: dict[str, Table], latest: dict[str, Latest],
                  previous: PublishRecord | None, change: Change, identity: BatchIdentity, attempt: int,
-                 dataset: str, started: float) -> PublishResult:
+                 dataset: str, started: float, gate: gates.Outcome | None = None, n_events: int = 0) -> PublishResult:
+        if gate is not None:  # the batch's events, rejected ones included, and what the gates did
+            change = replace(change, counts=replace(change.counts, events=n_events, **gate.counts))
         # Every dataset's new partitions first: a refusal (a sum out of range) writes nothing.
         rewrites: dict[str, Rewrite] = {name: writer.rewrite(tables[name], change)
                                         for name, writer in self.writers.items()}
@@ -391,12 +409,15 @@ class Publisher:
                 totals=(own.totals if own else Counts()) + counts,
                 ledger_snapshot=ledger_snapshot,
                 partition_count=writer.partition_count(tables[name], rewrites[name]),
-                extra=timing,
+                extra={**timing, **(gate.properties if gate is not None else {})},
             )
             staged[name] = writer.stage(tables[name], rewrites[name], record)
+        changes = [TableChange(ledger, ledger_tx), *(TableChange(tables[n], staged[n][0]) for n in self.writers)]
+        rejected = gating.rejects_change(self.catalog, self.namespace, self.group.name, identity, gate)
+        if rejected is not None:  # one more table in the same commit (ordered: before the published tables)
+            changes.insert(1, rejected)
         fault_point("after-data-write")
 
-        changes = [TableChange(ledger, ledger_tx), *(TableChange(tables[n], staged[n][0]) for n in self.writers)]
         if self.ordered:
             commit_in_order(self.catalog, changes)
         else:
@@ -439,7 +460,8 @@ class Publisher:
         return wait + random.uniform(0, wait)
 
     def _audit(self, identity: BatchIdentity, exc: BlockedError, n_events: int) -> None:
-        outcome = "conflict" if isinstance(exc, PayloadConflict) else "stale-start"
+        outcome = ("conflict" if isinstance(exc, PayloadConflict) else "gate-refused" if isinstance(exc, GateRefused)
+                   else "stale-start")
         entry = audit.AuditEntry(self.group.name, identity.source, identity.batch_id, outcome, exc.one_line(), n_events)
         try:
             audit.record(self.catalog, self.namespace, entry)

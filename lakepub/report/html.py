@@ -174,9 +174,9 @@ def _quality(ws, name: str, status) -> str:
             ["duplicates ignored", t.duplicates], ["stale versions ignored", t.stale], ["superseded", t.superseded],
             ["deletes", t.deletes], ["batches refused: payload conflicts", status.conflicts],
             ["batches refused: stale starts", status.stale_refused]]
-    extra = getattr(t, "rejects", None)
-    if extra is not None:
-        rows.append(["quality rejects", extra])
+    if t.rejected or status.gate_refused or t.inferred_from_schema_default:  # publish gates (contract/gates.py)
+        rows += [["events rejected by publish gates", t.rejected], ["batches refused: strict publish gates",
+                 status.gate_refused], ["values inferred from a history_only default", t.inferred_from_schema_default]]
     if status.landing is not None:
         rows.append(["landing records not yet published", status.landing.pending])
     if status.note:

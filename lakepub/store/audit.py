@@ -1,4 +1,4 @@
-"""Audit log of refused publishes (conflicts, stale starts), kept as an Iceberg table.
+"""Audit log of refused publishes (conflicts, stale starts, strict publish gates), kept as an Iceberg table.
 
 Published batches are recorded in the published table's own snapshots; batches the protocol
 refused leave no snapshot there, so they are appended here for ``lakepub status`` and
@@ -40,7 +40,7 @@ class AuditEntry:
     dataset: str
     source: str
     batch_id: str
-    outcome: str  # "conflict" | "stale-start"
+    outcome: str  # "conflict" | "stale-start" | "gate-refused"
     detail: str
     events: int
 

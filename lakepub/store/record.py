@@ -57,6 +57,8 @@ class Counts:
     deletes: int = 0
     entities_changed: int = 0  # recorded as orders_changed before any entity could be published
     partitions_rewritten: int = 0
+    rejected: int = 0  # events a lenient publish gate wrote to the rejects table (contract/gates.py)
+    inferred_from_schema_default: int = 0  # values filled from a history_only default (not source data)
 
     def __add__(self, other: "Counts") -> "Counts":
         return Counts(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
