@@ -284,7 +284,7 @@ def test_totals_cover_every_count():
 
     from lakepub.store.record import Counts
 
-    assert {f for f, _, _ in ops_metrics._TOTALS} == {f.name for f in fields(Counts)} - {"partitions_rewritten"}
+    assert {f for f, _, _ in ops_metrics._TOTALS} == {f.name for f in fields(Counts)} - {"partitions_rewritten", "rejected"}  # rejected: lakepub_quality_rejects
 
 
 def test_catalog_config_works_from_any_folder(busy: Path, cli, tmp_path: Path, monkeypatch):

@@ -58,6 +58,8 @@ _TOTALS = (
     ("superseded", "lakepub_superseded_versions", "New versions overtaken by a higher version of the same entity in the same batch."),
     ("deletes", "lakepub_deletes", "Delete events (tombstones) that changed the published state."),
     ("entities_changed", "lakepub_entities_changed", "Entities whose published state changed."),
+    ("inferred_from_schema_default", "lakepub_inferred_from_schema_default",
+     "Values filled from a history_only default of the contract (not source data)."),
 )
 
 
@@ -90,6 +92,7 @@ class DatasetMetrics:
     rejected: int = 0
     conflicts: int = 0
     stale_starts: int = 0
+    gate_refusals: int = 0
     last_publish_duration_s: float | None = None
     last_publish_commit_retries: int | None = None
     metadata_location: str | None = None
@@ -132,7 +135,7 @@ def _dataset(ws, name: str) -> DatasetMetrics:
         partitions_by_source=_lags(spec.source, status),
         totals={f: getattr(status.totals, f) for f, _, _ in _TOTALS},
         rejected=_rejected(history),
-        conflicts=status.conflicts, stale_starts=status.stale_refused,
+        conflicts=status.conflicts, stale_starts=status.stale_refused, gate_refusals=status.gate_refused,
         last_publish_duration_s=publish_duration_s(timing, timed.timestamp_ms) if timed is not None else None,
         last_publish_commit_retries=int(attempts) - 1 if attempts else None,
         metadata_location=status.metadata_location,
@@ -197,6 +200,8 @@ _PER_DATASET: tuple[tuple[str, str, str, Callable[[DatasetMetrics], float | None
      "the audit table; counted per entity.", lambda m: m.conflicts),
     ("lakepub_stale_starts", "counter", "Batches refused for a stale start position, from the audit table; counted "
      "per entity.", lambda m: m.stale_starts),
+    ("lakepub_gate_refusals", "counter", "Batches a strict publish gate refused (contract constraints), from the "
+     "audit table; counted per entity.", lambda m: m.gate_refusals),
     ("lakepub_last_publish_duration_seconds", "gauge", "Duration of the newest publish that recorded it: from the "
      "start of the publish call to its snapshot, files and manifests written (reading the events before it and "
      "the pointer swap after it excluded).",
