@@ -6,8 +6,8 @@ manifest, a fixed ~1.5-2 ms per query (benchmark 4: 1.32x a plain ``read_parquet
 files). Here the published snapshot is *resolved* once: its live data files (the entries of its
 data manifests that are not DELETED) and its schema by field id. The view is then
 
-    SELECT "day", "cents", ... FROM read_parquet([<the files>], schema=MAP {1: {name: 'day',
-        type: 'DATE', default_value: NULL}, ...}, hive_partitioning=false)
+    SELECT * FROM read_parquet([<the files>], schema=MAP {1: {name: 'day', type: 'DATE',
+        default_value: NULL}, ...}, hive_partitioning=false)
 
 ``read_parquet``'s ``schema`` parameter maps the Parquet field ids to names and types (DuckDB
 made it for Iceberg and Delta readers), so Iceberg's schema evolution holds: a column is found by
@@ -82,9 +82,8 @@ class Resolution:
         paths = ", ".join(f"'{_q(f)}'" for f in self.files)
         fields = ", ".join(f"{fid}: {{name: '{_q(name)}', type: '{dtype}', default_value: NULL}}"
                            for fid, name, dtype in self.columns)
-        select = ", ".join(duck.name(name) for _, name, _ in self.columns)
-        return (f"(SELECT {select} FROM read_parquet([{paths}], schema=MAP {{{fields}}}, "
-                f"hive_partitioning=false))")
+        # The columns come out in the MAP's order (the schema's); folder names are not columns.
+        return f"read_parquet([{paths}], schema=MAP {{{fields}}}, hive_partitioning=false)"
 
     def view_sql(self, view: str) -> str:
         return f"CREATE OR REPLACE TEMP VIEW {duck.name(view)} AS SELECT * FROM {self.table_sql()}"

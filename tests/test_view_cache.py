@@ -33,9 +33,13 @@ def _fresh_memo():
     views.clear_memo()
 
 
+def _nulls_first(row: tuple) -> list:
+    return [(v is not None, v if v is not None else 0) for v in row]
+
+
 def _scan(ws: Workspace, location: str, sql: str = "SELECT * FROM {src}") -> list[tuple]:
     """What DuckDB's iceberg extension reads at ``location`` (the reference)."""
-    return sorted(duck.connect(ws.config.catalog).execute(sql.format(src=duck.scan_sql(location))).fetchall())
+    return sorted(duck.connect(ws.config.catalog).execute(sql.format(src=duck.scan_sql(location))).fetchall(), key=_nulls_first)
 
 
 def _catalog_location(ws: Workspace, dataset: str = DATASET) -> str:
@@ -140,7 +144,7 @@ def _scratch_table(ws: Workspace, name: str, schema: Schema):
 
 def _view_rows(ws: Workspace, table, sql: str = "SELECT * FROM {src}") -> tuple[views.Resolution, list[tuple]]:
     resolution = views.resolve(table)
-    rows = sorted(duck.connect(ws.config.catalog).execute(sql.format(src=resolution.table_sql())).fetchall())
+    rows = sorted(duck.connect(ws.config.catalog).execute(sql.format(src=resolution.table_sql())).fetchall(), key=_nulls_first)
     return resolution, rows
 
 
@@ -151,12 +155,14 @@ def test_added_renamed_and_promoted_columns_are_read_by_field_id(ws: Workspace):
         update.add_column("note", StringType())
         update.rename_column("b", "label")
         update.update_column("a", LongType())
+    with table.update_schema() as update:
+        update.move_first("note")  # the view's column order is the schema's, not the files'
     table = ws.catalog.load_table(("scratch", "evolving"))
     table.append(pa.table({"a": pa.array([3], pa.int64()), "label": ["z"], "note": ["new"]}))
     table = ws.catalog.load_table(("scratch", "evolving"))
     resolution, rows = _view_rows(ws, table)
     assert resolution.fallback is None and len(resolution.files) == 2
-    assert rows == [(1, "x", None), (2, "y", None), (3, "z", "new")] == _scan(ws, table.metadata_location)
+    assert rows == [(None, 1, "x"), (None, 2, "y"), ("new", 3, "z")] == _scan(ws, table.metadata_location)
     con = duck.connect(ws.config.catalog)
     assert con.execute(f"DESCRIBE SELECT * FROM {resolution.table_sql()}").fetchall() == \
         con.execute(f"DESCRIBE SELECT * FROM {duck.scan_sql(table.metadata_location)}").fetchall()
