@@ -126,6 +126,10 @@ def main() -> None:
         connect_cold_s = time.perf_counter() - t0
         connect_warm_s = c.median([_timed(lambda: ws.connect().close()) for _ in range(max(3, reps // 3))])
         query_s = c.median([_timed(lambda: ws.query(Q_PUBLISHED.format(src=c.DATASET))) for _ in range(max(3, reps // 3))])
+        n = max(3, reps // 3)
+        resolve_plan_s = c.median([_timed(lambda: (views.clear_memo(), views.resolve(summary))) for _ in range(n)])
+        resolve_disk_s = c.median([_timed(lambda: (views.clear_memo(), views.resolve(summary, cache))) for _ in range(n)])
+        resolve_memo_s = c.median([_timed(lambda: views.resolve(summary, cache)) for _ in range(n)])
         con.execute(f"CREATE TEMP VIEW ledger AS SELECT * FROM iceberg_scan('{ledger.metadata_location}')")
         s_files, l_files = data_files(summary), data_files(ledger)
         assert sorted(ws.published_views()[c.DATASET].files) == sorted(s_files)  # the view reads these files
@@ -156,8 +160,11 @@ def main() -> None:
             r.figure(f"{name}_files_on_disk", c.count_files(folder) if folder else None,
                      f"{name}: all files under the table folder", "", "before expiry + janitor")
         r.section(f"query time (median of {reps}, warm, interleaved)")
-        r.figure("connect_s", connect_cold_s, "Workspace.connect(), cold (catalog + planning + views)", "s")
+        r.figure("connect_s", connect_cold_s, "Workspace.connect(), first (extensions, catalog, planning)", "s")
         r.figure("connect_warm_s", connect_warm_s, "Workspace.connect(), resolution cached", "s")
+        r.figure("resolve_plan_ms", resolve_plan_s * 1000, "resolving the published snapshot (manifests)", "ms")
+        r.figure("resolve_disk_ms", resolve_disk_s * 1000, "  from .lakepub/views (a new process)", "ms")
+        r.figure("resolve_memo_ms", resolve_memo_s * 1000, "  from the process memo", "ms")
         r.figure("query_s", query_s, f"Workspace.query of the aggregate (sandboxed, new connection)", "s")
         label = f"{c.DATASET} (published)"
         r.figure("published_lakepub_s", lake, f"{label}: Workspace.connect() view", "s", f"{len(rows_v)} result rows")
