@@ -57,7 +57,7 @@ def test_views_equal_iceberg_scan_after_every_publish_with_corrections_and_delet
     def check(_result, _pending) -> None:
         location = _catalog_location(ws)
         (resolution,) = ws.published_views().values()
-        assert resolution.metadata_location == location and resolution.fallback is None
+        assert resolution.metadata_location == location and resolution.fallback is None and resolution.by_name
         table = ws.catalog.load_table(("lakepub", DATASET))
         assert sorted(resolution.files) == sorted(t.file.file_path for t in table.scan().plan_files())
         expected = _scan(ws, location)
@@ -161,7 +161,8 @@ def test_added_renamed_and_promoted_columns_are_read_by_field_id(ws: Workspace):
     table.append(pa.table({"a": pa.array([3], pa.int64()), "label": ["z"], "note": ["new"]}))
     table = ws.catalog.load_table(("scratch", "evolving"))
     resolution, rows = _view_rows(ws, table)
-    assert resolution.fallback is None and len(resolution.files) == 2
+    assert resolution.fallback is None and len(resolution.files) == 2 and not resolution.by_name
+    assert "schema=MAP" in resolution.table_sql()  # the old file is read by field id
     assert rows == [(None, 1, "x"), (None, 2, "y"), ("new", 3, "z")] == _scan(ws, table.metadata_location)
     con = duck.connect(ws.config.catalog)
     assert con.execute(f"DESCRIBE SELECT * FROM {resolution.table_sql()}").fetchall() == \
