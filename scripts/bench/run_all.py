@@ -223,7 +223,8 @@ def markdown(reports: list[dict]) -> str:
         out += [f"File counts after {pubs} publishes of {by['reads']['params']['max_batch']:,} events: the published "
                 f"table holds {f.get('published_data_files')} data files (one per month partition: a publish replaces "
                 f"the files of the partitions it rewrites) and its current snapshot lists "
-                f"{f.get('published_manifests')} manifest(s), which every `iceberg_scan` reads; the ledger holds "
+                f"{f.get('published_manifests')} manifest(s), which every `iceberg_scan` reads (a lakepub view: once per "
+                f"published snapshot); the ledger holds "
                 f"{f.get('ledger_data_files')} data files and {f.get('ledger_manifests')} manifests (one per publish "
                 f"until compacted).{extra} A publish late in that run took {_f(f.get('publish_s_late'), 3, 's')} vs "
                 f"{_f(f.get('publish_s_early'), 3, 's')} early on.", ""]
