@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from lakepub.maintenance.compact import CompactionResult
     from lakepub.maintenance.janitor import JanitorReport
     from lakepub.reports import DatasetStatus, LogEntry, VerifyReport
+    from lakepub.views import Resolution
 
 EventsInput = str | Path | pa.Table | Iterable[Mapping[str, Any]]
 
@@ -279,9 +280,12 @@ class Workspace:
     def connect(self) -> "ObservedConnection":
         """A DuckDB connection with a view per published dataset, pinned to its published snapshot.
 
-        A ``DuckDBPyConnection`` whose ``execute``/``sql``/``query`` statements are recorded
-        (``lakepub consumers``; everything else is forwarded as is). Unrestricted, for Python code
-        that owns the process: it can read and write any file
+        Each view reads the data files of the published snapshot as Parquet, columns mapped by
+        Iceberg field id (``lakepub.views``: resolved once per published snapshot, so queries pay
+        no Iceberg planning), or is an ``iceberg_scan`` of it where that would not be exact
+        (delete files). A ``DuckDBPyConnection`` whose ``execute``/``sql``/``query`` statements are
+        recorded (``lakepub consumers``; everything else is forwarded as is). Unrestricted, for
+        Python code that owns the process: it can read and write any file
         (``COPY ... TO``), ATTACH and load extensions, like any DuckDB connection, and nothing stops
         it from overwriting the warehouse's files. Run SQL you did not write through ``query``,
         which is sandboxed.
@@ -289,10 +293,23 @@ class Workspace:
         from lakepub.contract.consumers import ObservedConnection
 
         con = duck.connect(self.config.catalog)
-        published = self.published_tables()
-        for name, location in published.items():
-            con.execute(f'CREATE TEMP VIEW "{name}" AS SELECT * FROM {duck.scan_sql(location)}')
+        views = self.published_views()
+        for name, resolution in views.items():
+            con.execute(resolution.view_sql(name))
+        published = {name: r.metadata_location for name, r in views.items()}
         return ObservedConnection(con, self.config.root, published)  # records the columns read
+
+    def published_views(self) -> "dict[str, Resolution]":
+        """{dataset: how its view reads the published snapshot} (``lakepub.views.Resolution``)."""
+        from lakepub import views
+
+        cache = self.config.root / ".lakepub" / "views"
+        out = {}
+        for name in sorted(self.config.datasets):
+            table = self._summary_table(name)
+            if table is not None and table.metadata.current_snapshot_id is not None:
+                out[name] = views.resolve(table, cache)
+        return out
 
     @classified
     def query(self, sql: str) -> pa.Table:
@@ -300,15 +317,17 @@ class Workspace:
 
         Sandboxed (``duck.sandboxed``): only SELECT statements and EXPLAIN of one are accepted, and
         the database can read only the tables' folders in the warehouse (no other file, no
-        writes, no ATTACH, INSTALL, LOAD or SET). Anything else raises QueryError (exit 2).
+        writes, no ATTACH, INSTALL, LOAD or SET). Anything else raises QueryError (exit 2). The
+        views are those of ``connect``.
         """
-        published = self.published_tables()
+        views = self.published_views()
+        published = {name: r.metadata_location for name, r in views.items()}
         folders = duck.sandbox_directories(self.config.catalog.get("warehouse"), published.values())
         con = duck.sandboxed(self.config.catalog, folders)
         try:
             duck.check_read_only(con, sql)
-            for name, location in published.items():
-                con.execute(f'CREATE TEMP VIEW "{name}" AS SELECT * FROM {duck.scan_sql(location)}')
+            for name, resolution in views.items():
+                con.execute(resolution.view_sql(name))
             result = con.execute(sql).to_arrow_table()
         except duckdb.Error as exc:
             message = " ".join(str(exc).split())

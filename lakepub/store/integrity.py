@@ -10,7 +10,11 @@ naming it (exit 1). A corrupt metadata JSON already fails when the table is load
 
 from __future__ import annotations
 
+from typing import Iterator
+
+from pyiceberg.manifest import ManifestEntry, ManifestFile
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 
 from lakepub.errors import CorruptTable
 from lakepub.failures import corrupt_file
@@ -19,14 +23,20 @@ from lakepub.failures import corrupt_file
 def check_scannable(table: Table, snapshot_id: int | None = None) -> None:
     """Raise CorruptTable if the snapshot's manifest list or a manifest cannot be read."""
     snapshot = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
-    if snapshot is None:
-        return
+    if snapshot is not None:
+        for _ in manifest_entries(table, snapshot):
+            pass
+
+
+def manifest_entries(table: Table, snapshot: Snapshot) -> Iterator[tuple[ManifestFile, ManifestEntry]]:
+    """Every entry (deleted ones too) of every manifest of ``snapshot``, with its manifest; a file
+    that cannot be read raises CorruptTable naming it, as ``check_scannable`` does."""
     location = snapshot.manifest_list
     try:
         for manifest in snapshot.manifests(table.io):
             location = manifest.manifest_path
-            for _ in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
-                pass
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
+                yield manifest, entry
     except FileNotFoundError as exc:
         raise CorruptTable(exc.filename or location, f"file is missing (listed by {table.metadata_location})") from None
     except OSError:

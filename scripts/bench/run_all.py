@@ -171,10 +171,12 @@ def markdown(reports: list[dict]) -> str:
                          _f(f.get("ratio_vs_overwrite"), 2) + "x", "≤ 1.3x", by["overhead"]["targets"][1]))
     if "reads" in by:
         f = by["reads"]["figures"]
-        rows.append(("4", f"DuckDB aggregate over the published table ({f.get('published_data_files')} data files)",
-                     f"iceberg_scan {_f(f.get('published_iceberg_s'), 4, 's')}",
+        rows.append(("4", f"DuckDB aggregate over the published table ({f.get('published_data_files')} data files), "
+                          f"`Workspace.connect()` view (raw iceberg_scan {_f(f.get('published_iceberg_s'), 4, 's')}: "
+                          f"{_f(f.get('published_iceberg_ratio'), 2)}x)",
+                     f"view {_f(f.get('published_lakepub_s'), 4, 's')}",
                      f"read_parquet {_f(f.get('published_parquet_s'), 4, 's')}",
-                     _f(f.get("published_ratio"), 2) + "x", "≤ 1.2x", by["reads"]["targets"][0]))
+                     _f(f.get("published_ratio"), 2) + "x", "≤ 1.05x", by["reads"]["targets"][0]))
         rows.append(("4", f"same over the ledger ({f.get('ledger_data_files')} data files)",
                      f"iceberg_scan {_f(f.get('ledger_iceberg_s'), 4, 's')}",
                      f"read_parquet {_f(f.get('ledger_parquet_s'), 4, 's')}",
@@ -221,7 +223,8 @@ def markdown(reports: list[dict]) -> str:
         out += [f"File counts after {pubs} publishes of {by['reads']['params']['max_batch']:,} events: the published "
                 f"table holds {f.get('published_data_files')} data files (one per month partition: a publish replaces "
                 f"the files of the partitions it rewrites) and its current snapshot lists "
-                f"{f.get('published_manifests')} manifest(s), which every `iceberg_scan` reads; the ledger holds "
+                f"{f.get('published_manifests')} manifest(s), which every `iceberg_scan` reads (a lakepub view: once per "
+                f"published snapshot); the ledger holds "
                 f"{f.get('ledger_data_files')} data files and {f.get('ledger_manifests')} manifests (one per publish "
                 f"until compacted).{extra} A publish late in that run took {_f(f.get('publish_s_late'), 3, 's')} vs "
                 f"{_f(f.get('publish_s_early'), 3, 's')} early on.", ""]

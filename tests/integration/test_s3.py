@@ -35,6 +35,8 @@ def test_publish_query_and_verify_on_s3(s3_endpoint, make_workspace, tmp_path):
     # DuckDB reads them through httpfs (fresh handle: nothing cached from the writer).
     assert summary_rows(ws) == [("2025-10-02", 150, 1)]
     assert ws.query(f"SELECT count(*) AS n, sum(cents) AS cents FROM {DATASET}").to_pylist() == [{"n": 1, "cents": 150}]
+    view = ws.published_views()[DATASET]  # the sandboxed view read the s3:// data files as Parquet
+    assert view.fallback is None and view.files and all(f.startswith(f"s3://{s3_endpoint.bucket}/{prefix}/") for f in view.files)
 
     # boto3 sees what pyiceberg wrote: data files and metadata of both tables.
     keys = s3_endpoint.keys(f"{prefix}/")
