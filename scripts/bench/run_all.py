@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["throughput", "wide", "history", "overhead", "reads", "janitor", "memory"]
+BENCHMARKS = ["throughput", "wide", "history", "overhead", "reads", "janitor", "memory", "startup"]
 
 
 def main() -> None:
