@@ -17,7 +17,6 @@ from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
-import duckdb
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
@@ -129,7 +128,10 @@ class Workspace:
         if not src.exists():
             raise ConfigError(f"landing folder {src.folder} does not exist (it holds one folder per source "
                               "partition, each with JSONL segments read in file-name order)")
-        committed = self.committed_positions(dataset).get(spec.source, {})
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-count") as pool:
+            counting = pool.submit(src.count_all)  # segments are counted (numpy) while the catalog opens
+            committed = self.committed_positions(dataset).get(spec.source, {})
+            counting.result()
         pending = src.backlog(committed).total_pending
         if on_start:
             on_start(pending)
@@ -229,6 +231,8 @@ class Workspace:
         the database can read only the tables' folders in the warehouse (no other file, no
         writes, no ATTACH, INSTALL, LOAD or SET). Anything else raises QueryError (exit 2).
         """
+        import duckdb  # on use: a publish (`lakepub run`) never loads it on the key-index path
+
         published = self.published_tables()
         folders = duck.sandbox_directories(self.config.catalog.get("warehouse"), published.values())
         con = duck.sandboxed(self.config.catalog, folders)

@@ -39,7 +39,7 @@ def test_the_package_api_is_still_there_on_first_use():
     # `from lakepub import Workspace` loads the workspace (and pyiceberg) only then
     assert _loaded_after("import lakepub\nassert lakepub.LakepubError") == []
     loaded = _loaded_after("from lakepub import Workspace\nassert Workspace.open")
-    assert {"pyiceberg", "pyarrow", "duckdb"} <= set(loaded)
+    assert {"pyiceberg", "pyarrow"} <= set(loaded)
 
 
 def test_the_maintenance_package_api_is_still_there_on_first_use():
@@ -52,3 +52,15 @@ def test_the_maintenance_package_api_is_still_there_on_first_use():
     assert maintenance.run_janitor is janitor.run_janitor
     assert janitor.JanitorOptions().older_than_s == maintenance.DEFAULT_OLDER_THAN_S == 3 * 86400
     assert _loaded_after("import lakepub.maintenance.cli") == []
+
+
+def test_a_publish_on_the_key_index_path_does_not_load_duckdb(tmp_path):
+    # `lakepub run` imports only what it uses: pyiceberg and pyarrow, not DuckDB (its views are for reads)
+    code = (f"from pathlib import Path\nfrom lakepub.init import init_workspace\n"
+            f"from lakepub.generate import generate_stream\nfrom lakepub.workspace import Workspace\n"
+            f"root = Path({str(tmp_path / 'ws')!r})\ninit_workspace(root)\n"
+            f"generate_stream(root / 'landing' / 'orders', events=3000, days=60, seed=3)\n"
+            f"run = Workspace.open(root).run('orders_daily', max_batch=1000)\n"
+            f"assert run.events == 3000 and len(run.batches) == 3, run\n")
+    loaded = _loaded_after(code)
+    assert "pyiceberg" in loaded and "pyarrow" in loaded and "duckdb" not in loaded, loaded
