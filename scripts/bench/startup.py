@@ -76,7 +76,9 @@ def main() -> None:
 
 
 def _key(name: str) -> str:
-    return "".join(ch if ch.isalnum() else "_" for ch in name.replace("lakepub ", "")).strip("_") or "floor"
+    """JSON key of a command: ``lakepub run (nothing new)`` -> ``run_nothing_new``."""
+    words = "".join(ch if ch.isalnum() else " " for ch in name.replace("lakepub ", "")).split()
+    return "_".join(words)
 
 
 def _imports(argv: list[str]) -> dict[str, float]:
