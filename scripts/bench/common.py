@@ -292,14 +292,25 @@ def lakepub_argv(*args: str) -> list[str]:
 
 def timed_process(argv: list[str], *, cwd: Path | None = None, timeout: float = 1800) -> tuple[float, str]:
     """Wall seconds of one new process from its start to its exit, and its stdout; raises if it fails."""
+    seconds, _cpu, out = timed_process_cpu(argv, cwd=cwd, timeout=timeout)
+    return seconds, out
+
+
+def timed_process_cpu(argv: list[str], *, cwd: Path | None = None, timeout: float = 1800) -> tuple[float, float, str]:
+    """Like ``timed_process``, also the process's CPU seconds (user + system, all its threads):
+    on a machine shared with other work, CPU seconds vary far less than wall seconds."""
+    import resource
     import subprocess
 
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    return seconds, proc.stdout
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return seconds, cpu, proc.stdout
 
 
 def workspace(folder: Path, stream_dir: Path | None = None):

@@ -224,6 +224,17 @@ def markdown(reports: list[dict]) -> str:
         out.append(f"| {num} | {name} | {ours} | {base} | {ratio} | {target} | {verdict} |")
     out.append("")
 
+    if "throughput" in by:
+        f = by["throughput"]["figures"]
+        cpu = [f"{shape}: lakepub {_f(f.get(f'{pre}lakepub_cpu_s'), 2, 's')} vs the seed protocol "
+               f"{_f(f.get(f'{pre}seed_cpu_s'), 2, 's')} ({_f(f.get(f'{pre}cpu_ratio_vs_seed'), 1)}x)"
+               for pre, shape in (("", "advancing stream"), ("drift_", "drifting stream"))
+               if f.get(f"{pre}lakepub_cpu_s") is not None]
+        if cpu:
+            out += ["CPU seconds (user + system, all threads) of the same runs, which a shared machine's load "
+                    "changes far less than wall seconds: " + "; ".join(cpu) + ". The wall-clock ratios count on "
+                    "lakepub's threads (read-ahead, Parquet writers, key index) finding two free cores; the "
+                    "seed protocol uses one.", ""]
     if "memory" in by:
         f = by["memory"]["figures"]
         sizes = _pick(f, "rss_mib_batch_")

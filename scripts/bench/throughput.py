@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import gc
 import json
+import time
 from pathlib import Path
 
 import common as c
@@ -63,7 +64,8 @@ def main() -> None:
         p.error(f"--streams: choose from {', '.join(STREAMS)}")
 
     r = c.Report("throughput", "events/s of lakepub run (one process) vs the seed protocol and a pyiceberg upsert",
-                 args.quick, params={"events": events, "days": c.STREAM_DAYS, "partitions": c.STREAM_PARTITIONS,
+                 args.quick, params={"events": events, "days": c.STREAM_DAYS,
+                                     "source_partitions": f"advance {c.STREAM_PARTITIONS}, drift 1",
                                      "max_batch": max_batch, "seed": args.seed, "lakepub_runs": repeat,
                                      "streams": ",".join(streams)})
     with c.scratch(args, "throughput") as work:
@@ -90,26 +92,28 @@ def _measure(r: c.Report, args, work: Path, name: str, stream_dir: Path, events:
              repeat: int) -> None:
     pre = PREFIX[name]
     # --- lakepub: --repeat fresh processes, median ------------------------------------------
-    runs: list[tuple[float, dict]] = []
+    runs: list[tuple[float, dict, float]] = []
     lp_rows = None
     for i in range(repeat):
         c.log(f"{name}: lakepub run process {i + 1}/{repeat} ...")
         folder = work / f"ws-{name}-{i}"
         c.workspace(folder, stream_dir)
         gc.collect()
-        seconds, out = c.timed_process(c.lakepub_argv("-w", str(folder), "run", c.DATASET, "--max-batch",
+        seconds, cpu, out = c.timed_process_cpu(c.lakepub_argv("-w", str(folder), "run", c.DATASET, "--max-batch",
                                                       str(max_batch), "--format", "json"))
         result = json.loads(out)
         assert result["events"] == events, (result["events"], events)
-        runs.append((seconds, result))
+        runs.append((seconds, result, cpu))
         if i == 0:
             lp_rows = _summary(c.workspace_open(folder))
-    lp_s, result = sorted(runs, key=lambda x: x[0])[len(runs) // 2]
+    lp_s, result, lp_cpu = sorted(runs, key=lambda x: x[0])[len(runs) // 2]
 
     # --- seed protocol ------------------------------------------------------------------------
     c.log(f"{name}: seed baseline (SQLite) ...")
     gc.collect()
+    cpu0 = time.process_time()  # the seed baseline runs on this process's one thread
     seed = c.load_baseline("seed_sqlite").run_seed_baseline(stream_dir, work / f"seed-{name}.db", max_batch)
+    seed_cpu = time.process_time() - cpu0
     assert seed["events"] == events
 
     # --- pyiceberg upsert -----------------------------------------------------------------------
@@ -138,6 +142,12 @@ def _measure(r: c.Report, args, work: Path, name: str, stream_dir: Path, events:
     r.ratio(f"{pre}ratio_vs_seed", lp_rate, seed_rate, "lakepub / seed protocol")
     if ups is not None:
         r.ratio(f"{pre}ratio_vs_upsert", lp_rate, ups["events_per_s"], "lakepub / pyiceberg upsert")
+    # CPU seconds (user + system): what a shared machine's load changes least. lakepub's wall time
+    # counts on its threads finding two cores; the seed protocol runs on one.
+    r.figure(f"{pre}lakepub_cpu_s", lp_cpu, "lakepub run process CPU (user + system, all threads)", "s",
+             f"CPU / wall {lp_cpu / lp_s:.2f}")
+    r.figure(f"{pre}seed_cpu_s", seed_cpu, "seed protocol CPU", "s", f"CPU / wall {seed_cpu / seed['seconds']:.2f}")
+    r.ratio(f"{pre}cpu_ratio_vs_seed", seed_cpu, lp_cpu, "seed CPU / lakepub CPU")
     batches = result["batches"]
     parts = [len(b.get("partitions") or []) for b in batches]
     r.figure(f"{pre}batches", len(batches), "lakepub batches")
