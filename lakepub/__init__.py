@@ -12,7 +12,8 @@ Python API::
     except lakepub.BlockedError as exc: exc.exit_code, exc.kind, exc.details()
 
 Every name of ``__all__`` is imported on first use (module ``__getattr__``), so ``import lakepub``
-stays cheap: the workspace pulls in pyiceberg, pyarrow and DuckDB only when it is touched.
+stays cheap: the workspace pulls in pyiceberg, pyarrow and DuckDB only when it is touched
+(``tests/test_startup.py`` pins that ``lakepub.cli`` loads none of them).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ __version__ = "0.1.0"
 
 _ERRORS = (
     "LakepubError", "UserError", "ConfigError", "InvalidEvent", "InvalidPosition", "QueryError", "UnknownDataset",
-    "DefinitionChanged", "SumOverflow", "BlockedError", "PayloadConflict", "StaleStart", "ForeignChange",
+    "DefinitionChanged", "SumOverflow", "BlockedError", "PayloadConflict", "StaleStart", "ForeignChange", "GateRefused",
     "RetryableError", "CommitContention", "CatalogBusy", "DiskFull", "OutcomeUnknown", "VerifyFailed",
     "CorruptTable",
 )
@@ -37,7 +38,7 @@ __all__ = ["Workspace", "RunResult", "PublishResult", "init_workspace", *_ERRORS
 if TYPE_CHECKING:  # for type checkers and IDEs; at run time __getattr__ imports on use
     from lakepub.errors import (  # noqa: F401
         BlockedError, CatalogBusy, CommitContention, ConfigError, CorruptTable, DefinitionChanged, DiskFull,
-        ForeignChange, InvalidEvent, InvalidPosition, LakepubError, OutcomeUnknown, PayloadConflict, QueryError,
+        ForeignChange, GateRefused, InvalidEvent, InvalidPosition, LakepubError, OutcomeUnknown, PayloadConflict, QueryError,
         RetryableError, StaleStart, SumOverflow, UnknownDataset, UserError, VerifyFailed,
     )
     from lakepub.init import init_workspace  # noqa: F401

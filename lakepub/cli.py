@@ -1,5 +1,10 @@
 """The ``lakepub`` command line: thin click commands over ``lakepub.workspace.Workspace``.
 
+Only click and lakepub's light modules (errors, output, cli_support) are imported here: each
+command imports what it runs with (the workspace pulls in pyiceberg, SQLAlchemy, pyarrow and
+DuckDB, ~0.6 s of imports), so ``lakepub --help`` pays for none of it
+(``scripts/bench/startup.py`` measures it, ``tests/test_startup.py`` pins it).
+
 Exit codes: 0 ok (including "already published"), 1 verify mismatch or internal error,
 2 invalid input or configuration, 3 refused by the protocol (payload conflict, stale start),
 4 failed and safe to retry (commit contention), 5 outcome unknown (check ``lakepub log``).
@@ -10,14 +15,16 @@ from __future__ import annotations
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from lakepub import output, reports
+from lakepub import output
 from lakepub.cli_support import format_option, handle_errors
 from lakepub.errors import UserError
-from lakepub.workspace import Workspace
+
+if TYPE_CHECKING:
+    from lakepub.workspace import Workspace
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok (also: batch already published), 1 verify mismatch or internal error, "
@@ -27,6 +34,8 @@ EXIT_CODES_HELP = (
 
 
 def _ws(ctx: click.Context) -> Workspace:
+    from lakepub.workspace import Workspace
+
     return Workspace.open(ctx.obj["workspace"])
 
 
@@ -204,6 +213,8 @@ def query(ctx: click.Context, sql: str, fmt: str) -> None:
 def status(ctx: click.Context, dataset: str | None, landing: str | None, as_of: str | None, fmt: str) -> None:
     """Published snapshot, positions, partitions, totals, counts (rejected events included),
     landing backlog and, where the contract promises it, freshness (on time / late by how much)."""
+    from lakepub import reports
+
     ws = _ws(ctx)
     names = [dataset] if dataset else sorted(ws.config.datasets)
     now = _instant(as_of) if as_of else None
@@ -231,6 +242,8 @@ def _instant(text: str) -> datetime:
 @handle_errors
 def log(ctx: click.Context, dataset: str, limit: int | None, fmt: str) -> None:
     """Publish history of DATASET, newest first."""
+    from lakepub import reports
+
     entries = reports.log(_ws(ctx), dataset, limit)
     if fmt == "json":
         click.echo(output.to_json([e.as_dict() for e in entries]))
@@ -253,6 +266,8 @@ def log(ctx: click.Context, dataset: str, limit: int | None, fmt: str) -> None:
 @handle_errors
 def verify(ctx: click.Context, dataset: str, deep: bool, fmt: str) -> None:
     """Recompute the checksum of every published partition; exit 1 on any mismatch."""
+    from lakepub import reports
+
     report = reports.verify(_ws(ctx), dataset, deep=deep)
     if fmt == "json":
         click.echo(output.to_json(report.as_dict()))

@@ -24,15 +24,18 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 from urllib.parse import urlparse
-
-import duckdb
 
 from lakepub.errors import ConfigError, QueryError
 
+if TYPE_CHECKING:  # imported on use: the publish path uses scan_sql and name without a database
+    import duckdb
+
 
 def extension_path(name: str) -> Path:
+    import duckdb
+
     module = importlib.import_module(f"duckdb_extension_{name}")
     folder = Path(module.__file__).parent / "extensions" / f"v{duckdb.__version__}"
     path = folder / f"{name}.duckdb_extension"
@@ -44,7 +47,7 @@ def extension_path(name: str) -> Path:
     return path
 
 
-_BASES: dict[tuple[tuple[str, str], ...], duckdb.DuckDBPyConnection] = {}
+_BASES: dict[tuple[tuple[str, str], ...], "duckdb.DuckDBPyConnection"] = {}
 _LOCK = threading.Lock()
 
 
@@ -128,6 +131,8 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     EXPLAIN ANALYZE runs the statement it explains, so that one is checked too; an EXPLAIN whose
     inner statement cannot be isolated is refused.
     """
+    import duckdb
+
     try:
         statements = con.extract_statements(sql)
     except duckdb.Error as exc:
@@ -152,6 +157,8 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
 
 
 def _new_database(props: dict[str, str], s3: bool | None) -> duckdb.DuckDBPyConnection:
+    import duckdb
+
     con = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
     for name in ("avro", "iceberg"):
         con.execute(f"LOAD '{extension_path(name)}'")

@@ -7,6 +7,12 @@ read in file-name order.  Every line is one full-state order event::
     {"order_id": "o000000000001", "version": 2, "day": "2025-01-03",
      "cents": 1250, "deleted": false}
 
+Two shapes: by default the stream advances over its days (new orders dated on the stream's current
+day, corrections moving a day by up to a week), so a batch touches the few month partitions around
+its time; with ``spread=True`` ("drifting": backfills and late corrections) every new order is
+dated on a random day of the whole span and a day-moving correction moves the order to any day of
+it, so with a span of three years every 100k batch touches all 36 month partitions.
+
 The correct projection ("oracle"): per order the highest version wins; a deleted
 highest version is a tombstone; the summary has one row per day with at least one
 live order: ``day -> (sum of cents, count of orders)``.
@@ -79,6 +85,7 @@ def generate_stream(
     start_day: date = date(2025, 1, 1),
     seed: int = 0,
     segment_size: int = 50_000,
+    spread: bool = False,
 ) -> StreamStats:
     """Write a deterministic landing stream of ``events`` events under ``out_dir``.
 
@@ -87,7 +94,9 @@ def generate_stream(
     duplicates, late older versions, deletes) mostly target orders created in the
     last week.  Some corrections and deletes skip a version whose event is sent
     later as a "late version"; other late versions re-send an earlier version.
-    ``out_dir`` must not exist or be empty.
+    ``spread``: days of new orders and of day-moving corrections are drawn from the whole span
+    instead (the follow-ups still target recently *arrived* orders); the default stream's bytes
+    are unchanged by it. ``out_dir`` must not exist or be empty.
     """
     if events < 0 or partitions < 1 or days < 1 or segment_size < 1:
         raise ValueError("events >= 0, partitions >= 1, days >= 1, segment_size >= 1")
@@ -97,14 +106,15 @@ def generate_stream(
     was_enabled = gc.isenabled()
     gc.disable()  # millions of small acyclic objects: the cyclic GC only costs time
     try:
-        return _write_stream(out_dir, events, partitions, days, start_day, seed, segment_size)
+        return _write_stream(out_dir, events, partitions, days, start_day, seed, segment_size, spread)
     finally:
         if was_enabled:
             gc.enable()
 
 
 def _write_stream(  # noqa: C901, PLR0915 - one hot loop, kept flat for speed
-    out_dir: Path, events: int, partitions: int, days: int, start_day: date, seed: int, segment_size: int
+    out_dir: Path, events: int, partitions: int, days: int, start_day: date, seed: int, segment_size: int,
+    spread: bool = False,
 ) -> StreamStats:
     """The body of :func:`generate_stream` (arguments already validated)."""
     for p in range(partitions):
@@ -165,18 +175,19 @@ def _write_stream(  # noqa: C901, PLR0915 - one hot loop, kept flat for speed
             if k < 0:
                 kind = 0
 
-        if kind == 0:  # new order on the current day
+        if kind == 0:  # new order on the current day (spread: on any day of the span)
             oid = f"o{n + 1:012d}"
             cents = 100 + int(rand() * 20_000)
-            line = _line(oid, 1, day_iso[cur], cents)
+            d = int(rand() * days) if spread else cur
+            line = _line(oid, 1, day_iso[d], cents)
             o_id.append(oid)
             o_part.append(crc32(oid.encode()) % partitions)
             o_ver.append(1)
-            o_day.append(cur)
+            o_day.append(d)
             o_cents.append(cents)
             o_deleted.append(0)
             o_hist.append([(1, line)])
-            k, d = n, cur
+            k = n
         elif kind in (1, 4):  # correction or delete: a higher version
             oid, v, d = o_id[k], o_ver[k] + 1, o_day[k]
             if rand() < _P_SKIP_VERSION and k not in gaps:
@@ -185,7 +196,7 @@ def _write_stream(  # noqa: C901, PLR0915 - one hot loop, kept flat for speed
             if kind == 1:
                 cents = 100 + int(rand() * 20_000)
                 if rand() < _P_MOVE_DAY:
-                    d = max(0, d + int(rand() * 15) - 7)
+                    d = int(rand() * days) if spread else max(0, d + int(rand() * 15) - 7)
                 line = _line(oid, v, day_str(d), cents)
                 o_cents[k], o_day[k] = cents, d
             else:

@@ -7,9 +7,10 @@ import io
 import json
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import pyarrow as pa
+if TYPE_CHECKING:  # annotations only: `lakepub --help` does not load pyarrow
+    import pyarrow as pa
 
 FORMATS = ("table", "json")
 QUERY_FORMATS = ("table", "csv", "json")

@@ -19,7 +19,6 @@ from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
 
-import duckdb
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
@@ -175,7 +174,10 @@ class Workspace:
         if not src.exists():
             raise ConfigError(f"landing folder {src.folder} does not exist (it holds one folder per source "
                               "partition, each with JSONL segments read in file-name order)")
-        committed = self.committed_positions(dataset).get(spec.source, {})
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-count") as pool:
+            counting = pool.submit(src.count_all)  # segments are counted (numpy) while the catalog opens
+            committed = self.committed_positions(dataset).get(spec.source, {})
+            counting.result()
         pending = src.backlog(committed).total_pending
         logs.run_started(dataset, spec.source, str(src.folder), committed, pending)
         if on_start:
@@ -320,6 +322,8 @@ class Workspace:
         writes, no ATTACH, INSTALL, LOAD or SET). Anything else raises QueryError (exit 2). The
         views are those of ``connect``.
         """
+        import duckdb  # on use: a publish (`lakepub run`) never loads it on the key-index path
+
         views = self.published_views()
         published = {name: r.metadata_location for name, r in views.items()}
         folders = duck.sandbox_directories(self.config.catalog.get("warehouse"), published.values())

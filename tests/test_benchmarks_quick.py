@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench"
-BENCHMARKS = ["throughput", "wide", "history", "overhead", "reads", "janitor", "memory"]
+BENCHMARKS = ["throughput", "wide", "history", "overhead", "reads", "janitor", "memory", "startup"]
 
 
 def test_every_benchmark_runs_in_quick_mode(tmp_path):

@@ -157,3 +157,22 @@ def test_oracle_is_order_independent_on_a_stream(stream: tuple[Path, StreamStats
     forward = oracle_summary(events)
     assert oracle_summary(reversed(events)) == forward
     assert sum(orders for _, orders in forward.values()) < stats.orders  # some deletes won
+
+
+def test_a_spread_stream_touches_every_month_in_every_batch(tmp_path: Path) -> None:
+    """The drifting stream of benchmark 1 (issue 10): days over the whole span, in every batch."""
+    stats = generate_stream(tmp_path / "s", events=20_000, partitions=1, days=1095, seed=7,
+                            segment_size=5_000, spread=True)
+    assert stats.segments == 4 and sorted(p.name for p in (tmp_path / "s" / "p0").iterdir()) == [
+        "00000.jsonl", "00001.jsonl", "00002.jsonl", "00003.jsonl"]
+    events = list(read_stream(tmp_path / "s"))
+    months_per_batch = [{e["day"][:7] for e in events[i:i + 2_000] if e["day"]} for i in range(0, 20_000, 2_000)]
+    assert all(len(months) == 36 for months in months_per_batch), [len(m) for m in months_per_batch]
+    versions: dict[str, dict[int, str]] = defaultdict(dict)
+    for e in events:
+        versions[e["order_id"]][e["version"]] = e["day"]
+    moved = sum(1 for days in versions.values() if len({d for d in days.values() if d}) > 1)
+    far = sum(1 for days in versions.values()
+              if len({d[:7] for d in days.values() if d}) > 1)  # moved to another month
+    assert moved > 500 and far > 0.5 * moved, (moved, far)
+    assert oracle_summary(events)  # well-formed for the oracle: no conflicting payloads

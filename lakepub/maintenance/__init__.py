@@ -7,15 +7,25 @@ Python API::
     report.as_dict()
 
 CLI: ``lakepub janitor`` (``lakepub.maintenance.cli.register_cli(main)`` adds it to the group).
+
+The names below are imported on first use, so importing ``lakepub.maintenance.cli`` (for
+``lakepub --help``) does not load pyiceberg.
 """
 
-from lakepub.maintenance.durations import InvalidDuration, parse_duration
-from lakepub.maintenance.expiry import DEFAULT_RETAIN_LAST, STAGING_PREFIX, ExpiryPlan, commit_expiry, plan_expiry
-from lakepub.maintenance.filestore import FileInfo, FileStore, LocalFileStore, S3FileStore, filestore_for, normalize
-from lakepub.maintenance.janitor import (DEFAULT_OLDER_THAN_S, JanitorOptions, JanitorReport, TableReport,
-                                         UnreadableMetadata, clean_table, run_janitor, targets)
-from lakepub.maintenance.orphans import LocationMismatch, check_listing, check_not_nested, classify
-from lakepub.maintenance.reachability import Reachability, live_partition_labels
+from importlib import import_module
+from typing import Any
+
+_HOME = {
+    "DEFAULT_OLDER_THAN_S": "durations", "DEFAULT_RETAIN_LAST": "durations", "InvalidDuration": "durations",
+    "parse_duration": "durations",
+    "STAGING_PREFIX": "expiry", "ExpiryPlan": "expiry", "commit_expiry": "expiry", "plan_expiry": "expiry",
+    "FileInfo": "filestore", "FileStore": "filestore", "LocalFileStore": "filestore", "S3FileStore": "filestore",
+    "filestore_for": "filestore", "normalize": "filestore",
+    "JanitorOptions": "janitor", "JanitorReport": "janitor", "TableReport": "janitor",
+    "UnreadableMetadata": "janitor", "clean_table": "janitor", "run_janitor": "janitor", "targets": "janitor",
+    "LocationMismatch": "orphans", "check_listing": "orphans", "check_not_nested": "orphans", "classify": "orphans",
+    "Reachability": "reachability", "live_partition_labels": "reachability",
+}
 
 __all__ = [
     "DEFAULT_OLDER_THAN_S", "DEFAULT_RETAIN_LAST", "STAGING_PREFIX",
@@ -24,3 +34,9 @@ __all__ = [
     "check_listing", "check_not_nested", "classify", "clean_table", "commit_expiry", "filestore_for",
     "live_partition_labels", "normalize", "parse_duration", "plan_expiry", "run_janitor", "targets",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        return getattr(import_module(f"lakepub.maintenance.{_HOME[name]}"), name)
+    raise AttributeError(f"module 'lakepub.maintenance' has no attribute {name!r}")

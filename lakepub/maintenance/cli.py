@@ -1,23 +1,25 @@
 """``lakepub janitor``: the command, registered on the main group by ``register_cli(main)``.
 
 Errors go through the same one-line handler as every other command (``lakepub.cli_support``).
+Only click and the janitor's defaults are imported here; the command imports the janitor (and
+with it pyiceberg) when it runs, so ``lakepub --help`` does not pay for it.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from lakepub import output
 from lakepub.cli_support import handle_errors
 from lakepub.errors import LakepubError
-from lakepub.maintenance.durations import format_duration, parse_duration
-from lakepub.maintenance.expiry import DEFAULT_RETAIN_LAST
-from lakepub.maintenance.janitor import DEFAULT_OLDER_THAN_S, JanitorOptions, JanitorReport, run_janitor
-from lakepub.workspace import Workspace
+from lakepub.maintenance.durations import DEFAULT_OLDER_THAN_S, DEFAULT_RETAIN_LAST, format_duration, parse_duration
+
+if TYPE_CHECKING:
+    from lakepub.maintenance.janitor import JanitorReport
 
 
 class DeleteFailed(LakepubError):
@@ -74,6 +76,9 @@ def janitor(ctx: click.Context, datasets: tuple[str, ...], dry_run: bool, older_
     tag head, the published snapshot, and main's history down to the newest checksum record of
     every live partition (so `lakepub verify` keeps working). Removes `lakepub-staging-*` branches
     whose head is older than --older-than. Never deletes a file modified within --older-than."""
+    from lakepub.maintenance.janitor import JanitorOptions, run_janitor
+    from lakepub.workspace import Workspace
+
     options = JanitorOptions(older_than_s=parse_duration(older_than), retain_last=retain_last, dry_run=dry_run)
     ws = Workspace.open((ctx.obj or {}).get("workspace", Path(".")))
     bar = _Bar(enabled=sys.stderr.isatty() and not (ctx.obj or {}).get("quiet"))  # lakepub -q: no bar

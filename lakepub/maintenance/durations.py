@@ -1,10 +1,15 @@
-"""Durations on the command line: ``0s``, ``90m``, ``12h``, ``3d`` (also ``2w``)."""
+"""Durations on the command line: ``0s``, ``90m``, ``12h``, ``3d`` (also ``2w``), and the janitor's
+defaults, kept here (no pyiceberg import) so ``lakepub janitor --help`` shows them without loading
+the janitor."""
 
 from __future__ import annotations
 
 import re
 
 from lakepub.errors import UserError
+
+DEFAULT_OLDER_THAN_S = 3 * 86400.0  # snapshots and unreferenced files younger than this are kept
+DEFAULT_RETAIN_LAST = 5  # snapshots kept per branch whatever their age
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _PATTERN = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")

@@ -43,11 +43,11 @@ from pyiceberg.table.update.snapshot import ExpireSnapshots, ManageSnapshots
 from sqlalchemy.exc import OperationalError
 
 from lakepub.identity import checksum_matches, partition_checksum
+from lakepub.maintenance.durations import DEFAULT_RETAIN_LAST  # with the janitor's other defaults
 from lakepub.store.record import lineage
 from lakepub.store.version_hint import write_version_hint
 
 STAGING_PREFIX = "lakepub-staging-"
-DEFAULT_RETAIN_LAST = 5
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,8 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
 from lakepub.errors import CommitContention, LakepubError
-from lakepub.maintenance.expiry import (DEFAULT_RETAIN_LAST, ExpiryConflict, ExpiryPlan, ancestry, backoff,
+from lakepub.maintenance.durations import DEFAULT_OLDER_THAN_S, DEFAULT_RETAIN_LAST
+from lakepub.maintenance.expiry import (ExpiryConflict, ExpiryPlan, ancestry, backoff,
                                         commit_expiry, plan_expiry)
 from lakepub.maintenance.filestore import FileInfo, FileStore, filestore_for, normalize
 from lakepub.maintenance.orphans import check_listing, check_not_nested, classify
@@ -44,8 +45,6 @@ from lakepub.store.layout import ledger_id, summary_id
 from lakepub.store.rejects import rejects_id
 from lakepub.store.record import snapshot_record
 from lakepub.workspace import Workspace
-
-DEFAULT_OLDER_THAN_S = 3 * 86400.0
 
 
 class UnreadableMetadata(LakepubError):

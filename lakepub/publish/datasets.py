@@ -13,6 +13,7 @@ Refusals (a sum leaving its column's range) happen in ``rewrite``, before anythi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from concurrent.futures import Future
 from typing import Any
 
 import pyarrow as pa
@@ -27,7 +28,7 @@ from lakepub.publish.guards import check_definition, check_file_specs, check_for
 from lakepub.publish.published_state import PublishedState, split
 from lakepub.publish.versioning import Change
 from lakepub.store.record import PublishRecord
-from lakepub.store.write import replace_partitions, transaction
+from lakepub.store.write import replace_partitions, submit_partitions, transaction
 
 
 @dataclass(frozen=True)
@@ -108,12 +109,18 @@ class DatasetWriter:
         checksums = {partition.label(v): partition_checksum(r)[:RECORDED_CHECKSUM_HEX] for v, r in rows.items()}
         return Rewrite(values, rows, checksums, sorted(checksums))
 
-    def stage(self, table: Table, rewrite: Rewrite, record: PublishRecord) -> tuple[Transaction, list[DataFile]]:
-        """A transaction replacing the rewritten partitions, its snapshot carrying ``record``."""
+    def write_files(self, table: Table, rewrite: Rewrite) -> list[Future[DataFile]]:
+        """Start writing the rewritten partitions' data files in the background (for ``stage``)."""
+        return submit_partitions(table, {v: r for v, r in rewrite.rows.items() if r.num_rows}) if rewrite.values else []
+
+    def stage(self, table: Table, rewrite: Rewrite, record: PublishRecord,
+              files: list[Future[DataFile]] | None = None) -> tuple[Transaction, list[DataFile]]:
+        """A transaction replacing the rewritten partitions, its snapshot carrying ``record``;
+        ``files``: what ``write_files`` started for this rewrite (else they are written now)."""
         tx = transaction(table)
         props = record.to_properties()
         if rewrite.values:
-            parts = {v: r for v, r in rewrite.rows.items() if r.num_rows}
+            parts = files if files is not None else {v: r for v, r in rewrite.rows.items() if r.num_rows}
             return tx, replace_partitions(tx, table, self.state(table).files_of(rewrite.values), parts, props)
         tx.append(self.schema.empty_table(), snapshot_properties=props)
         return tx, []

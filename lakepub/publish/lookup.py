@@ -18,9 +18,8 @@ from __future__ import annotations
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,6 +33,9 @@ from lakepub.publish.versioning import BatchSide
 from lakepub.store import key_index
 from lakepub.store.key_index import KeyIndex, Run
 from lakepub.store.layout import has_history, has_order_keys, order_keys_version
+
+if TYPE_CHECKING:  # a publish on the key-index path never opens DuckDB: imported on use
+    import duckdb
 
 _WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-index")
 # rows (key_index.payload_schema: version, state fields, floor), position of each one's entity

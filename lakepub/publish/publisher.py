@@ -30,9 +30,8 @@ import time
 import warnings
 from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
@@ -64,6 +63,9 @@ from lakepub.store.layout import ensure_ledger, ledger_arrow, ledger_id, order_k
 from lakepub.store.published import ensure_published
 from lakepub.store.record import COMMIT_ATTEMPTS, PUBLISH_STARTED, Counts, PublishRecord, find_batch, latest_published
 from lakepub.store.write import append_files, transaction
+
+if TYPE_CHECKING:  # a publish on the key-index path never opens DuckDB: imported on use
+    import duckdb
 
 Latest = tuple  # (Snapshot, PublishRecord) of a dataset's newest record, or None
 
@@ -358,6 +360,8 @@ class Publisher:
         """Whether the ledger commits between our base and the new head touched none of our entities."""
         if head_snapshot_id == base_snapshot_id:
             return True
+        import duckdb  # loaded by self.con already
+
         self.con.register("lp_rebase_events", events)
         try:
             files = ledger_files_added_since(ledger, base_snapshot_id, head_snapshot_id)
@@ -375,8 +379,9 @@ class Publisher:
         # Every dataset's new partitions first: a refusal (a sum out of range) writes nothing.
         rewrites: dict[str, Rewrite] = {name: writer.rewrite(tables[name], change)
                                         for name, writer in self.writers.items()}
-        # The ledger's new data file and key-index run are written in the background while the
-        # partitions' files are written.
+        # The ledger's new data file, its key-index run and the partitions' files are all written in
+        # the background at once (a batch spread over years rewrites ~36 partitions); the ledger
+        # file is submitted first, as it is the biggest and the first one waited for.
         ledger_base = previous.ledger_snapshot if previous else None
         ledger_file = runs = None
         if change.new_ledger_rows.num_rows:
@@ -384,6 +389,7 @@ class Publisher:
             plain = (*self.shape.key, "k1", "k2")
             ledger_file = FileWriter(ledger.metadata, ledger.io, plain=plain).submit([(None, rows)])
             runs = self._lookup.submit_runs_after(ledger, ledger_base, change.new_ledger_rows)
+        files = {name: writer.write_files(tables[name], rewrites[name]) for name, writer in self.writers.items()}
         new_positions = positions.advance(previous.positions if previous else {}, identity.source, identity.end)
 
         ledger_tx = None
@@ -411,7 +417,7 @@ class Publisher:
                 partition_count=writer.partition_count(tables[name], rewrites[name]),
                 extra={**timing, **(gate.properties if gate is not None else {})},
             )
-            staged[name] = writer.stage(tables[name], rewrites[name], record)
+            staged[name] = writer.stage(tables[name], rewrites[name], record, files[name])
         changes = [TableChange(ledger, ledger_tx), *(TableChange(tables[n], staged[n][0]) for n in self.writers)]
         rejected = gating.rejects_change(self.catalog, self.namespace, self.group.name, identity, gate)
         if rejected is not None:  # one more table in the same commit (ordered: before the published tables)

@@ -9,11 +9,15 @@ what the ledger holds. Otherwise the projection is recomputed against the new st
 
 from __future__ import annotations
 
-import duckdb
+from typing import TYPE_CHECKING
+
 from pyiceberg.manifest import ManifestEntryStatus
 from pyiceberg.table import Table
 
 from lakepub.duck import _q
+
+if TYPE_CHECKING:  # a publish on the key-index path never opens DuckDB: imported on use
+    import duckdb
 
 
 def ledger_files_added_since(ledger: Table, base_snapshot_id: int | None,

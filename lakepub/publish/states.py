@@ -11,12 +11,16 @@ per 1M ledger rows here).
 
 from __future__ import annotations
 
-import duckdb
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 from pyiceberg.table import Table
 
 from lakepub import duck
 from lakepub.contract.model import Contract
+
+if TYPE_CHECKING:  # a publish on the key-index path never opens DuckDB: imported on use
+    import duckdb
 
 
 def _ident(name: str) -> str:

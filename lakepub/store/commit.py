@@ -5,7 +5,8 @@ pyiceberg 0.12 commits one table at a time. lakepub needs the ledger and the pub
 tables what ``SqlCatalog.commit_table`` does for one:
 
 1. for each table, validate the transaction's requirements against the metadata the transaction
-   was built on and stage the new metadata (``Catalog._update_and_stage_table``), then write the
+   was built on and stage the new metadata (``Catalog._update_and_stage_table``, done by ``_stage``
+   without pyiceberg's deep copy of the whole metadata: ``store/write.staged_metadata``), then write the
    new metadata file (a table that moved meanwhile is caught by step 2; its new metadata file is
    then an orphan for the janitor);
 2. in ONE database transaction, compare-and-set every table's ``metadata_location`` from the
@@ -28,7 +29,8 @@ from dataclasses import dataclass
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.table import Table, Transaction
+from pyiceberg.table import StagedTable, Table, Transaction
+from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.update import (
     AddSnapshotUpdate,
@@ -47,6 +49,7 @@ from lakepub.errors import ConfigError, DiskFull, OutcomeUnknown
 from lakepub.failures import is_disk_full
 from lakepub.faults import fault_point
 from lakepub.store.version_hint import write_version_hint
+from lakepub.store.write import staged_metadata
 
 
 class CommitConflict(Exception):
@@ -163,7 +166,7 @@ def commit_atomically(catalog: Catalog, changes: list[TableChange]) -> dict[str,
         current = change.table
         requirements, updates = change.requirements_and_updates()
         try:
-            new = catalog._update_and_stage_table(current, ident, requirements, updates)  # noqa: SLF001
+            new = _stage(catalog, current, ident, requirements, updates)
         except CommitFailedException as exc:
             raise CommitConflict(str(exc)) from exc
         if updates:
@@ -181,6 +184,19 @@ def commit_atomically(catalog: Catalog, changes: list[TableChange]) -> dict[str,
     for io, table_location, metadata_location in hints:
         write_version_hint(io, table_location, metadata_location)
     return {".".join(ident): new for ident, _, new in staged}
+
+
+def _stage(catalog: Catalog, current: Table, ident: tuple[str, ...], requirements: tuple, updates: tuple) -> StagedTable:
+    """``Catalog._update_and_stage_table`` for an existing table, its metadata built by
+    ``write.staged_metadata`` (pyiceberg's, less a deep copy of the whole metadata)."""
+    for requirement in requirements:
+        requirement.validate(current.metadata)
+    metadata = staged_metadata(current.metadata, updates, current.metadata_location)
+    version = catalog._parse_metadata_version(current.metadata_location) + 1  # noqa: SLF001
+    location = load_location_provider(metadata.location, metadata.properties).new_table_metadata_file_location(version)
+    return StagedTable(identifier=ident, metadata=metadata, metadata_location=location,
+                       io=catalog._load_file_io(properties=metadata.properties, location=location),  # noqa: SLF001
+                       catalog=catalog)
 
 
 def delete_merged_away_manifests(change: TableChange) -> None:

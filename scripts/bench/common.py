@@ -263,17 +263,54 @@ def cached(args: argparse.Namespace, work: Path, name: str, make: Callable[[Path
 
 
 def stream(args: argparse.Namespace, work: Path, events: int, *, days: int = STREAM_DAYS,
-           partitions: int = STREAM_PARTITIONS, seed: int | None = None) -> tuple[Path, Any]:
-    """A generated landing stream (``lakepub.generate.generate_stream``), from ``--cache`` if there."""
+           partitions: int = STREAM_PARTITIONS, seed: int | None = None, spread: bool = False,
+           segment_size: int | None = None) -> tuple[Path, Any]:
+    """A generated landing stream (``lakepub.generate.generate_stream``), from ``--cache`` if there.
+
+    ``spread``: the drifting stream (days over the whole span in every batch); ``segment_size``:
+    lines per segment file (default: the generator's)."""
     from lakepub.generate import generate_stream
 
     seed = args.seed if seed is None else seed
+    extra = {"spread": True} if spread else {}
+    if segment_size is not None:
+        extra["segment_size"] = segment_size
 
     def make(folder: Path) -> dict[str, Any]:
-        stats = generate_stream(folder, events=events, partitions=partitions, days=days, seed=seed)
+        stats = generate_stream(folder, events=events, partitions=partitions, days=days, seed=seed, **extra)
         return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in stats.__dict__.items()}
 
-    return cached(args, work, f"stream-e{events}-d{days}-p{partitions}-s{seed}", make)
+    tag = ("-spread" if spread else "") + (f"-seg{segment_size}" if segment_size is not None else "")
+    return cached(args, work, f"stream-e{events}-d{days}-p{partitions}-s{seed}{tag}", make)
+
+
+def lakepub_argv(*args: str) -> list[str]:
+    """The command line a user types: the ``lakepub`` entry point of this Python's environment."""
+    script = VENV_BIN / "lakepub"
+    return [str(script), *args] if script.is_file() else [sys.executable, "-m", "lakepub.cli", *args]
+
+
+def timed_process(argv: list[str], *, cwd: Path | None = None, timeout: float = 1800) -> tuple[float, str]:
+    """Wall seconds of one new process from its start to its exit, and its stdout; raises if it fails."""
+    seconds, _cpu, out = timed_process_cpu(argv, cwd=cwd, timeout=timeout)
+    return seconds, out
+
+
+def timed_process_cpu(argv: list[str], *, cwd: Path | None = None, timeout: float = 1800) -> tuple[float, float, str]:
+    """Like ``timed_process``, also the process's CPU seconds (user + system, all its threads):
+    on a machine shared with other work, CPU seconds vary far less than wall seconds."""
+    import resource
+    import subprocess
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    seconds = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return seconds, cpu, proc.stdout
 
 
 def workspace(folder: Path, stream_dir: Path | None = None):
@@ -287,6 +324,12 @@ def workspace(folder: Path, stream_dir: Path | None = None):
         if link.is_dir() and not link.is_symlink() and not any(link.iterdir()):
             link.rmdir()  # the empty folder `lakepub init` creates
         link.symlink_to(Path(stream_dir).resolve(), target_is_directory=True)
+    return Workspace.open(folder)
+
+
+def workspace_open(folder: Path):
+    from lakepub.workspace import Workspace
+
     return Workspace.open(folder)
 
 

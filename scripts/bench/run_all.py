@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["throughput", "wide", "history", "overhead", "reads", "janitor", "memory"]
+BENCHMARKS = ["throughput", "wide", "history", "overhead", "reads", "janitor", "memory", "startup"]
 
 
 def main() -> None:
@@ -135,14 +135,24 @@ def markdown(reports: list[dict]) -> str:
     rows = []
     if "throughput" in by:
         f, p = by["throughput"]["figures"], by["throughput"]["params"]
-        rows.append(("1", f"throughput, {p['events']:,} events, `--max-batch {p['max_batch']:,}`",
-                     _f(f.get("lakepub_events_per_s"), 0, "events/s"),
-                     f"seed protocol {_f(f.get('seed_events_per_s'), 0, 'events/s')}",
-                     _f(f.get("ratio_vs_seed"), 1) + "x", "≥ 10x", by["throughput"]["targets"][0]))
-        if f.get("upsert_events_per_s") is not None:
-            rows.append(("1", "throughput vs pyiceberg upsert", _f(f.get("lakepub_events_per_s"), 0, "events/s"),
-                         f"upsert {_f(f.get('upsert_events_per_s'), 0, 'events/s')}",
-                         _f(f.get("ratio_vs_upsert"), 1) + "x", "≥ 30x", by["throughput"]["targets"][1]))
+        targets = {t["name"]: t for t in by["throughput"]["targets"]}
+        for pre, shape, tag in (("", "days follow the stream", ""), ("drift_", "drifting: every batch spans 3 years", "drift: ")):
+            if f.get(f"{pre}lakepub_events_per_s") is None:
+                continue
+            vs_seed = next((t for n, t in targets.items() if n.startswith(tag) and "seed" in n and
+                            (tag or not n.startswith("drift:"))), None)
+            rows.append(("1", f"throughput, {p['events']:,} events ({shape}), one `lakepub run --max-batch "
+                              f"{p['max_batch']:,}` process",
+                         _f(f.get(f"{pre}lakepub_events_per_s"), 0, "events/s"),
+                         f"seed protocol {_f(f.get(f'{pre}seed_events_per_s'), 0, 'events/s')}",
+                         _f(f.get(f"{pre}ratio_vs_seed"), 1) + "x",
+                         f"≥ {vs_seed['target']:g}x" if vs_seed else "", vs_seed))
+            if f.get(f"{pre}upsert_events_per_s") is not None:
+                vs_ups = next((t for n, t in targets.items() if n.startswith(tag) and "upsert" in n and
+                               (tag or not n.startswith("drift:"))), None)
+                rows.append(("1", f"same stream vs pyiceberg upsert", _f(f.get(f"{pre}lakepub_events_per_s"), 0, "events/s"),
+                             f"upsert {_f(f.get(f'{pre}upsert_events_per_s'), 0, 'events/s')}",
+                             _f(f.get(f"{pre}ratio_vs_upsert"), 1) + "x", "≥ 30x", vs_ups))
     if "wide" in by:
         f, p = by["wide"]["figures"], by["wide"]["params"]
         rows.append(("1", f"throughput, 20-field contract (key of 2; aggregate + current datasets), "
@@ -200,11 +210,33 @@ def markdown(reports: list[dict]) -> str:
                      f"seed protocol {_f(f.get('seed_rss_mib'), 0, 'MiB')}",
                      f"history ×{_f(f.get('rss_ratio_history'), 2)}", "bounded by batch",
                      by["memory"]["targets"][0]))
+    if "startup" in by:
+        f = by["startup"]["figures"]
+        targets = {t["name"]: t for t in by["startup"]["targets"]}
+        for key, name in (("help", "lakepub --help"), ("status", "lakepub status"), ("log", "lakepub log"),
+                          ("query", "lakepub query"), ("run_nothing_new", "lakepub run (nothing new)")):
+            if f.get(f"{key}_s") is None:
+                continue
+            t = next((t for n, t in targets.items() if n.startswith(name + " ")), None)
+            rows.append(("7", f"process start to exit: `{name}`", _f(f.get(f"{key}_s"), 3, "s"),
+                         f"`python -c pass` {_f(f.get('python_c_pass_s'), 3, 's')}",
+                         _f(f.get(f"{key}_ratio"), 1) + "x", f"≤ {t['target']:g} s" if t else "figure (no target)", t))
     for num, name, ours, base, ratio, target, t in rows:
         verdict = "" if t is None else ("met" if t["met"] else "**missed**")
         out.append(f"| {num} | {name} | {ours} | {base} | {ratio} | {target} | {verdict} |")
     out.append("")
 
+    if "throughput" in by:
+        f = by["throughput"]["figures"]
+        cpu = [f"{shape}: lakepub {_f(f.get(f'{pre}lakepub_cpu_s'), 2, 's')} vs the seed protocol "
+               f"{_f(f.get(f'{pre}seed_cpu_s'), 2, 's')} ({_f(f.get(f'{pre}cpu_ratio_vs_seed'), 1)}x)"
+               for pre, shape in (("", "advancing stream"), ("drift_", "drifting stream"))
+               if f.get(f"{pre}lakepub_cpu_s") is not None]
+        if cpu:
+            out += ["CPU seconds (user + system, all threads) of the same runs, which a shared machine's load "
+                    "changes far less than wall seconds: " + "; ".join(cpu) + ". The wall-clock ratios count on "
+                    "lakepub's threads (read-ahead, Parquet writers, key index) finding two free cores; the "
+                    "seed protocol uses one.", ""]
     if "memory" in by:
         f = by["memory"]["figures"]
         sizes = _pick(f, "rss_mib_batch_")

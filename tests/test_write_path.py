@@ -1,0 +1,83 @@
+"""The publish write path's fenced pyiceberg internals (issue 10): staged metadata without the deep
+copy, the catalog's staging step rebuilt on it, and partition files submitted before they are
+staged; driven end to end by a drifting stream (every batch rewrites every month) read back by
+DuckDB through `lakepub query`."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+
+import pyarrow as pa
+from click.testing import CliRunner
+
+from lakepub.cli import main
+from lakepub.generate import generate_stream, oracle_summary, read_stream
+from lakepub.store.commit import TableChange, _stage
+from lakepub.store.layout import summary_id
+from lakepub.store.write import staged_metadata, submit_partitions, transaction
+from pyiceberg.table.update import update_table_metadata
+
+
+def _drift(ws_path, events=6_000):
+    generate_stream(ws_path / "landing" / "orders", events=events, partitions=1, days=1095, seed=5,
+                    segment_size=events // 4, spread=True)
+
+
+def test_a_drifting_stream_publishes_every_month_per_batch_and_reads_back_exactly(ws_path):
+    _drift(ws_path)
+    res = CliRunner().invoke(main, ["-w", str(ws_path), "run", "orders_daily", "--max-batch", "1500",
+                                    "--format", "json"])
+    assert res.exit_code == 0, res.output
+    batches = json.loads(res.stdout)["batches"]
+    assert len(batches) == 4 and all(len(b["partitions"]) == 36 for b in batches)
+    res = CliRunner().invoke(main, ["-w", str(ws_path), "query", "SELECT day, cents, orders FROM orders_daily",
+                                    "--format", "json"])
+    assert res.exit_code == 0, res.output
+    got = {date.fromisoformat(r["day"]): (r["cents"], r["orders"]) for r in json.loads(res.stdout)}
+    assert got == oracle_summary(read_stream(ws_path / "landing" / "orders"))
+    res = CliRunner().invoke(main, ["-w", str(ws_path), "verify", "orders_daily", "--deep"])
+    assert res.exit_code == 0, res.output
+
+
+def _staged_tx(ws):
+    """A transaction on the published table with a real publish's kind of updates (an append)."""
+    table = ws.catalog.load_table(summary_id(ws.config.namespace, "orders_daily"))
+    tx = transaction(table)
+    tx.append(pa.table({"day": pa.array([date(2031, 1, 1)], pa.date32()), "cents": pa.array([1], pa.int64()),
+                        "orders": pa.array([1], pa.int64())}),
+              snapshot_properties={"lakepub.test": "x"})
+    return table, tx
+
+
+def test_staged_metadata_is_pyiceberg_update_table_metadata_without_the_deep_copy(ws, ws_path):
+    _drift(ws_path, 2_000)
+    ws.run("orders_daily", max_batch=1_000)
+    table, tx = _staged_tx(ws)
+    before = table.metadata.model_dump_json()
+    ours = staged_metadata(table.metadata, tx._updates)  # noqa: SLF001
+    theirs = update_table_metadata(table.metadata, tx._updates)  # noqa: SLF001
+    assert ours.model_dump() == theirs.model_dump()
+    assert table.metadata.model_dump_json() == before  # the base is left as it was
+    assert tx.table_metadata.current_snapshot_id == ours.current_snapshot_id != table.metadata.current_snapshot_id
+    # with a metadata location: the metadata log gains the current file, as in the catalog's staging
+    change = TableChange(table, tx).requirements_and_updates()
+    staged = _stage(ws.catalog, table, table.name(), *change)
+    reference = ws.catalog._update_and_stage_table(table, table.name(), *change)  # noqa: SLF001
+    assert staged.metadata.model_dump() == reference.metadata.model_dump()
+    ours_dir, ours_file = staged.metadata_location.rsplit("/", 1)
+    ref_dir, ref_file = reference.metadata_location.rsplit("/", 1)  # the same version, another uuid
+    assert ours_dir == ref_dir and ours_file.split("-")[0] == ref_file.split("-")[0]
+    assert staged.metadata.metadata_log[-1].metadata_file == table.metadata_location
+
+
+def test_submitted_partition_files_are_the_files_replace_partitions_writes(ws, ws_path):
+    _drift(ws_path, 2_000)
+    ws.run("orders_daily", max_batch=2_000)
+    table = ws.catalog.load_table(summary_id(ws.config.namespace, "orders_daily"))
+    rows = table.scan().to_arrow()
+    futures = submit_partitions(table, {0: rows.slice(0, 3), 1: rows.slice(3, 4)})
+    files = [f.result() for f in futures]
+    assert [f.record_count for f in files] == [3, 4]
+    assert [f.partition[0] for f in files] == [0, 1]
+    assert all(f.file_path.startswith(table.metadata.location) and "day_month=" in f.file_path for f in files)
