@@ -56,7 +56,8 @@ def _contract_path(arg: str, root: Path | None) -> Path:
 
 @click.group("contract")
 def contract() -> None:
-    """Contracts as a change protocol: lint a contract, check a change, export a manifest."""
+    """Contracts as a change protocol: lint a contract, check a change, promote it through its
+    lifecycle, export a manifest."""
 
 
 @contract.command("lint")
@@ -200,6 +201,41 @@ def export(ctx: click.Context, contract_ref: str, out_dir: Path, artifacts: tupl
         return
     click.echo(f"exported {c.schema_ref} (sha256 {c.sha256}) to {out_dir}/export_manifest.json")
     click.echo(output.table(["artifact", "sha256", "bytes"], [[a["path"], a["sha256"], a["bytes"]] for a in listed]))
+
+
+@contract.command("promote")
+@click.argument("contract_ref")
+@click.option("--to", "target", required=True, metavar="STATE",
+              help="PROPOSED VALIDATED CANARY DUAL_WRITE DEFAULT DEPRECATED RETIRED.")
+@click.option("--since", default=None,
+              help="Count consumers observed since this date (YYYY-MM-DD; default: the grace period's start, else 30 days ago).")
+@click.option("--at", "at", default=None, help="Evaluate dates as of this day (YYYY-MM-DD; default today, UTC).")
+@click.option("--dry-run", is_flag=True, help="Only check the conditions; change nothing.")
+@format_option
+@click.pass_context
+@handle_errors
+def promote(ctx: click.Context, contract_ref: str, target: str, since: str | None, at: str | None, dry_run: bool,
+            fmt: str) -> None:
+    """Move CONTRACT to the lifecycle state STATE (its file's status: line), checking that
+    state's conditions: lint clean and check passed (VALIDATED), a passing shadow run of every
+    dataset of the contract (CANARY, DEFAULT), no observed consumer of a removed column (DEFAULT,
+    RETIRED), a DEFAULT replacement (DEPRECATED), grace period over and no dataset naming it
+    (RETIRED). Exit 3 naming every failed condition; nothing changes then."""
+    from lakepub.contract.lifecycle import promote as run_promote
+
+    root = _root(ctx, required=True)
+    config = _workspace_config(root)
+    path = _contract_path(contract_ref, root)
+    result = run_promote(config, path, target.upper(), today=_date(at),
+                         since=_date(since) if since else None, dry_run=dry_run)
+    if fmt == "json":
+        click.echo(output.to_json(result.as_dict()))
+        return
+    for c in result.conditions:
+        click.echo(f"  {'ok ' if c.ok else 'NO '} {c.name}: {c.detail}")
+    verb = "would move" if dry_run else "moved"
+    click.echo(f"{verb} {result.contract} {result.from_state} -> {result.to_state}"
+               + ("" if dry_run else f" ({result.path}: status: {result.to_state})"))
 
 
 @click.command("consumers")

@@ -18,7 +18,8 @@ NULL) and classifies every key as only-old, only-new, changed (any shared column
 unchanged. For numeric columns it records the relative difference ``|new - old| / max(|old|,
 |new|)`` (0 when both are 0). ``shadow.diff.csv`` holds one row per key that is not unchanged,
 sorted by partition and key; ``shadow.summary.json`` the counts, per-partition counts, the
-largest relative difference per column, the contracts' sha256, the input range, the thresholds
+largest relative difference per column, the columns only one side publishes (a removed field
+is reported, not judged here: ``contract check`` judges structure), the contracts' sha256, the input range, the thresholds
 and their verdict, and the diff's sha256 (``lakepub contract export --artifact`` lists it).
 
 The gate: the NEW contract's ``shadow.thresholds`` (``max_relative_diff``, ``max_changed``,
@@ -88,6 +89,7 @@ class ShadowResult:
     thresholds: dict[str, float] = field(default_factory=dict)
     breaches: list[str] = field(default_factory=list)
     contracts_sha256: dict[str, str] = field(default_factory=dict)
+    content_sha256: str = ""  # the new contract's, status aside (``contract promote`` checks it)
     diff_path: str = ""
     summary_path: str = ""
     diff_sha256: str = ""
@@ -116,6 +118,7 @@ def run_shadow(ws: Any, dataset: str, new_contract: Any, *, start: dict[str, int
                out_dir: Path | None = None, max_batch: int = 100_000,
                on_batch: Callable[[str, int], None] | None = None) -> ShadowResult:
     """Shadow-run ``dataset`` of workspace ``ws`` under ``new_contract`` (a loaded Contract)."""
+    from lakepub.contract.lifecycle import content_sha256
     from lakepub.landing import LandingSource
 
     spec = ws.dataset(dataset)
@@ -145,7 +148,8 @@ def run_shadow(ws: Any, dataset: str, new_contract: Any, *, start: dict[str, int
         result = ShadowResult(dataset, old.schema_ref, new_contract.schema_ref, spec.source, begin,
                               positions.normalize(end), sides["old"][2], [],
                               thresholds=thresholds,
-                              contracts_sha256={old.schema_ref: old.sha256, new_contract.schema_ref: new_contract.sha256})
+                              contracts_sha256={old.schema_ref: old.sha256, new_contract.schema_ref: new_contract.sha256},
+                              content_sha256=content_sha256(new_contract))
         _compare(result, sides["old"], sides["new"], out)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -311,5 +315,3 @@ def _judge(result: ShadowResult) -> None:
          f"{result.differing} of {result.rows_old} row(s) differ"),
     ]
     result.breaches = [f"{text} > {name} {t[name]:g}" for name, value, text in checks if value > t[name]]
-    if result.columns_only_old:
-        result.breaches.append(f"column(s) {', '.join(result.columns_only_old)} no longer published")
