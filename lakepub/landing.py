@@ -152,14 +152,22 @@ class LandingSource:
         return Backlog(pending, available, oldest[1] if oldest else None, now - oldest[0] if oldest else None,
                        missing, {p: now - m for p, m in mtimes.items()})
 
-    def batches(self, committed: Vector, max_batch: int) -> Iterator[tuple[pa.Table, Vector, Vector]]:
-        """Yield (events, start, end) batches of at most ``max_batch`` records, from ``committed`` on."""
+    def batches(self, committed: Vector, max_batch: int,
+                until: Vector | None = None) -> Iterator[tuple[pa.Table, Vector, Vector]]:
+        """Yield (events, start, end) batches of at most ``max_batch`` records, from ``committed`` on
+        (up to ``until``, when given: a partition it does not name yields nothing)."""
         if max_batch < 1:
             raise InvalidPosition("--max-batch must be at least 1")
         cursors = {p: _Cursor(self.segments(p), committed.get(p, 0), self.count, self.contract) for p in self.partitions()}
         position = {p: committed.get(p, 0) for p in cursors}
+        if until is not None:
+            for p, n in until.items():
+                if n > position.get(p, 0) + (cursors[p].remaining if p in cursors else 0):
+                    raise InvalidPosition(f"{self.folder / p} holds fewer records than position {p}={n}")
         while True:
-            shares = _shares({p: c.remaining for p, c in cursors.items()}, max_batch)
+            remaining = {p: c.remaining if until is None else max(0, min(c.remaining, until.get(p, 0) - position[p]))
+                         for p, c in cursors.items()}
+            shares = _shares(remaining, max_batch)
             if not any(shares.values()):
                 return
             start = dict(position)

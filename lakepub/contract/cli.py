@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,8 @@ def _contract_path(arg: str, root: Path | None) -> Path:
 
 @click.group("contract")
 def contract() -> None:
-    """Contracts as a change protocol: lint a contract, check a change, export a manifest."""
+    """Contracts as a change protocol: lint a contract, check a change, promote it through its
+    lifecycle, export a manifest."""
 
 
 @contract.command("lint")
@@ -201,6 +203,41 @@ def export(ctx: click.Context, contract_ref: str, out_dir: Path, artifacts: tupl
     click.echo(output.table(["artifact", "sha256", "bytes"], [[a["path"], a["sha256"], a["bytes"]] for a in listed]))
 
 
+@contract.command("promote")
+@click.argument("contract_ref")
+@click.option("--to", "target", required=True, metavar="STATE",
+              help="PROPOSED VALIDATED CANARY DUAL_WRITE DEFAULT DEPRECATED RETIRED.")
+@click.option("--since", default=None,
+              help="Count consumers observed since this date (YYYY-MM-DD; default: the grace period's start, else 30 days ago).")
+@click.option("--at", "at", default=None, help="Evaluate dates as of this day (YYYY-MM-DD; default today, UTC).")
+@click.option("--dry-run", is_flag=True, help="Only check the conditions; change nothing.")
+@format_option
+@click.pass_context
+@handle_errors
+def promote(ctx: click.Context, contract_ref: str, target: str, since: str | None, at: str | None, dry_run: bool,
+            fmt: str) -> None:
+    """Move CONTRACT to the lifecycle state STATE (its file's status: line), checking that
+    state's conditions: lint clean and check passed (VALIDATED), a passing shadow run of every
+    dataset of the contract (CANARY, DEFAULT), no observed consumer of a removed column (DEFAULT,
+    RETIRED), a DEFAULT replacement (DEPRECATED), grace period over and no dataset naming it
+    (RETIRED). Exit 3 naming every failed condition; nothing changes then."""
+    from lakepub.contract.lifecycle import promote as run_promote
+
+    root = _root(ctx, required=True)
+    config = _workspace_config(root)
+    path = _contract_path(contract_ref, root)
+    result = run_promote(config, path, target.upper(), today=_date(at),
+                         since=_date(since) if since else None, dry_run=dry_run)
+    if fmt == "json":
+        click.echo(output.to_json(result.as_dict()))
+        return
+    for c in result.conditions:
+        click.echo(f"  {'ok ' if c.ok else 'NO '} {c.name}: {c.detail}")
+    verb = "would move" if dry_run else "moved"
+    click.echo(f"{verb} {result.contract} {result.from_state} -> {result.to_state}"
+               + ("" if dry_run else f" ({result.path}: status: {result.to_state})"))
+
+
 @click.command("consumers")
 @click.argument("dataset")
 @format_option
@@ -231,9 +268,80 @@ def consumers(ctx: click.Context, dataset: str, fmt: str) -> None:
                    + (f" reads {', '.join(d['columns'])}" if d["columns"] else ""))
 
 
+@click.command("shadow")
+@click.argument("dataset")
+@click.option("--contract", "contract_ref", required=True,
+              help="The new contract version: a file, or a schema ref (contracts/NAME@vX.Y) of the catalog.")
+@click.option("--from", "start", default=None,
+              help='Landing position to start from, e.g. \'{"p0": 1000}\' (default: the beginning of the source).')
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Folder for shadow.diff.csv and shadow.summary.json "
+                   "(default: <workspace>/.lakepub/shadow/DATASET/<new schema ref>, where `contract promote` looks).")
+@click.option("--max-batch", type=click.IntRange(min=1), default=100_000, show_default=True,
+              help="Most records per scratch publish.")
+@format_option
+@click.pass_context
+@handle_errors
+def shadow(ctx: click.Context, dataset: str, contract_ref: str, start: str | None, out_dir: Path | None,
+           max_batch: int, fmt: str) -> None:
+    """Run DATASET under a new contract version beside its current one, on the same landing input
+    (up to the published position), without publishing either; compare by key, partition and
+    column, and write shadow.diff.csv and shadow.summary.json.
+
+    Exit 3 when the difference is beyond the new contract's shadow.thresholds (max_relative_diff,
+    max_changed, max_only_old, max_only_new, max_changed_fraction; each 0 unless given)."""
+    from lakepub import positions
+    from lakepub.contract.model import load_contract
+    from lakepub.contract.shadow import ShadowGateFailed, run_shadow
+    from lakepub.workspace import Workspace
+
+    root = _root(ctx, required=True)
+    ws = Workspace.open(root)
+    new = load_contract(_contract_path(contract_ref, root))
+    begin = positions.parse_vector(start, "--from") if start else None
+    bar: Any = None
+    if fmt != "json":
+        pending = 2 * sum(ws.committed_positions(dataset).get(ws.dataset(dataset).source, {}).values())
+        pending -= 2 * sum((begin or {}).values())
+        bar = click.progressbar(length=max(pending, 0), label=f"shadow {dataset}", file=sys.stderr, show_pos=True)
+        bar.__enter__()
+    try:
+        result = run_shadow(ws, dataset, new, start=begin, out_dir=out_dir, max_batch=max_batch,
+                            on_batch=lambda side, n: bar.update(n) if bar is not None else None)
+        failed = None
+    except ShadowGateFailed as exc:
+        result, failed = None, exc
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    summary = (failed.result if failed is not None else result).as_dict()
+    click.echo(output.to_json(summary) if fmt == "json" else _shadow_text(summary))
+    if failed is not None:
+        raise failed
+
+
+def _shadow_text(s: dict[str, Any]) -> str:
+    lines = [f"shadow {s['dataset']}: {s['new']} vs {s['old']} on {s['events']} events "
+             f"({s['source']} {json.dumps(s['start'])} -> {json.dumps(s['end'])}), key {', '.join(s['row_key']) or '(none)'}",
+             f"  rows: {s['rows_old']} old, {s['rows_new']} new; only old {s['only_old']}, only new {s['only_new']}, "
+             f"changed {s['changed']}, unchanged {s['unchanged']}"]
+    for col, worst in sorted(s["max_relative_diff"].items()):
+        lines.append(f"  max relative difference {col}: {worst:.6g}")
+    if s["columns_only_old"] or s["columns_only_new"]:
+        lines.append(f"  columns only old: {', '.join(s['columns_only_old']) or '-'}; "
+                     f"only new: {', '.join(s['columns_only_new']) or '-'}")
+    for part, counts in list(s["partitions"].items())[:10]:
+        lines.append(f"  partition {part}: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    if len(s["partitions"]) > 10:
+        lines.append(f"  ... {len(s['partitions']) - 10} more partition(s) differ")
+    lines.append(f"  wrote {s['diff_path']} and {s['summary_path']}")
+    lines.append("  gate: " + ("passed" if s["ok"] else "FAILED: " + "; ".join(s["breaches"])))
+    return "\n".join(lines)
+
+
 def register_cli(main: click.Group) -> None:
-    """Add ``contract`` (lint, check, export) and ``consumers`` to the ``lakepub`` group (idempotent)."""
-    if "contract" not in main.commands:
-        main.add_command(contract, "contract")
-    if "consumers" not in main.commands:
-        main.add_command(consumers, "consumers")
+    """Add ``contract`` (lint, check, export, promote), ``consumers`` and ``shadow`` to the ``lakepub``
+    group (idempotent)."""
+    for name, command in (("contract", contract), ("consumers", consumers), ("shadow", shadow)):
+        if name not in main.commands:
+            main.add_command(command, name)

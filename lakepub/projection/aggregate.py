@@ -156,6 +156,10 @@ class Aggregate(Kind):
     def output_schema(self) -> pa.Schema:
         return self._schema
 
+    @property
+    def row_key(self) -> tuple[str, ...]:
+        return tuple(self.group_by)
+
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "group_by": list(self.group_by),
                 "measures": {m.name: m.text for m in self.measures}}

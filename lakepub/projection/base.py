@@ -110,6 +110,12 @@ class Kind(ABC):
         """The whole published content from the live states of all entities, sorted."""
 
     @property
+    @abstractmethod
+    def row_key(self) -> tuple[str, ...]:
+        """The published columns that identify a row (one row per value; ``lakepub shadow``
+        matches the rows of two definitions on them)."""
+
+    @property
     def partition_columns(self) -> tuple[str, ...]:
         """The published columns the partition value is computed from (empty when unpartitioned)."""
         return self.partition.columns

@@ -63,6 +63,10 @@ class Current(Kind):
     def output_schema(self) -> pa.Schema:
         return self._schema
 
+    @property
+    def row_key(self) -> tuple[str, ...]:
+        return tuple(self.key)
+
     def change_schema(self) -> pa.Schema:
         """The schema of ``changes``: the output columns and ``CHANGE_SIGN``."""
         return self._change_schema
