@@ -94,3 +94,34 @@ def test_unknown_thresholds_and_other_contracts_are_refused_naming_file_and_key(
     other.write_text(CONTRACT.replace("name: customers", "name: other"))
     r = cli("shadow", "customers_mrr", "--contract", str(other))
     assert r.code == 2 and "is not a version of 'customers'" in r.err, r.err
+
+
+LENIENT_RANGE = (V1_1 + "constraints:\n  range: [{col: mrr_cents, rule: \"[100, 100000]\"}]\n"
+                 "validation: {mode: lenient}\n")
+
+
+def test_a_known_difference_is_listed_by_key_and_partition_and_judged_by_the_thresholds(ws_path: Path, cli, ws):
+    _workspace(ws_path, cli)
+    path = ws_path / "catalog" / "contracts" / "customers@v1.1.yaml"
+    path.write_text(LENIENT_RANGE)  # c6 (DE, pro, 50 cents) falls below the new range: rejected
+    before = [published_pointers(ws, d) for d in ("customers_mrr", "customers_current")]
+    r = cli("shadow", "customers_mrr", "--contract", "contracts/customers@v1.1")
+    assert r.code == 3, (r.out, r.err)
+    assert "1 changed row(s) > max_changed 0" in r.err and "nothing was published" in r.err
+    assert "partition DE: changed 1" in r.out and "gate: FAILED" in r.out
+    out = ws_path / ".lakepub" / "shadow" / "customers_mrr" / "customers@v1.1"
+    rows = list(csv.DictReader((out / "shadow.diff.csv").open()))
+    assert [(r["country"], r["plan"], r["status"]) for r in rows] == [("DE", "pro", "changed")]
+    (row,) = rows
+    assert (row["old_mrr_cents"], row["new_mrr_cents"], row["old_customers"], row["new_customers"]) == \
+        ("1250", "1200", "2", "1")
+    assert abs(float(row["rel_diff_mrr_cents"]) - 50 / 1250) < 1e-9 and float(row["rel_diff_customers"]) == 0.5
+    s = json.loads((out / "shadow.summary.json").read_text())
+    assert s["max_relative_diff"] == {"mrr_cents": 0.04, "customers": 0.5} and s["changed"] == 1
+    assert [published_pointers(ws, d) for d in ("customers_mrr", "customers_current")] == before
+    # Thresholds that admit the difference let the gate pass, with the same diff.
+    path.write_text(LENIENT_RANGE + "shadow: {enabled: true, thresholds: {max_relative_diff: 0.5, max_changed: 1, "
+                    "max_changed_fraction: 0.5}}\n")
+    r = cli("shadow", "customers_mrr", "--contract", "contracts/customers@v1.1", "--format", "json")
+    assert r.code == 0, r.err
+    assert r.json()["ok"] and r.json()["changed"] == 1
