@@ -380,3 +380,26 @@ def test_run_from_landing_counts_the_rejected_events(ws_path: Path, cli):
     assert res.code == 0 and "1 rejected by the publish gates" in res.out, res.out + res.err
     assert set(published(cli)) == {"c1", "c3"} and len(rejected(cli)) == 1
     assert cli("run", "customers_current").code == 0 and len(rejected(cli)) == 1  # nothing new: nothing again
+
+
+def test_unique_over_published_rows_is_checked_again_after_a_lost_race(ws_path: Path, monkeypatch):
+    # Another writer publishes c8 with the same email between this batch's check and its commit:
+    # the commit loses the race, and the retry must check the unique rule against the new rows.
+    setup(ws_path, "lenient")
+    ours, theirs = Workspace.open(ws_path), Workspace.open(ws_path)
+    ours.publish("customers_current", [ev("c1", email="a@x")], start={"p0": 0}, end={"p0": 1})
+    publisher = ours.publisher("customers_current")
+    real, raced = publisher._attempt, []
+
+    def attempt(*args, **kwargs):
+        if not raced:  # their publish lands after our verdict, before our commit
+            raced.append(theirs.publish("customers_current", [ev("c8", email="same@x")], source="other",
+                                        start={"p0": 0}, end={"p0": 1}))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(publisher, "_attempt", attempt)
+    result = ours.publish("customers_current", [ev("c9", email="same@x", country="DE")],
+                          start={"p0": 1}, end={"p0": 2})
+    assert raced and result.attempts == 2 and result.counts.rejected == 1
+    rows = Workspace.open(ws_path).query("SELECT customer_id, email FROM customers_current ORDER BY 1").to_pylist()
+    assert rows == [{"customer_id": "c1", "email": "a@x"}, {"customer_id": "c8", "email": "same@x"}]

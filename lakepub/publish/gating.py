@@ -10,8 +10,9 @@ means for its publish, kept out of ``publisher.py`` so that its hooks stay a few
 * ``rejects_change``: the rejects table's part of the publish's atomic commit (none when the
   batch rejected nothing, or when an earlier ordered commit already appended this batch).
 
-The output check reads the published rows as they are when the batch starts (not re-checked on a
-commit retry after a concurrent publish of the same entity).
+The output check reads the published rows as they are when the attempt starts; a commit retry
+after a concurrent publish moved any of those tables checks again (``unique_basis``), so two
+racing publishers cannot both add one unique value.
 """
 
 from __future__ import annotations
@@ -42,6 +43,16 @@ def ensure_tables(catalog: Catalog, namespace: str, group: EntityGroup) -> None:
     """The entity's rejects table, created once a lenient gate may need it."""
     if gates.Gates.of(group.contract) is not None and group.contract.terms.validation.mode == "lenient":
         rejects.ensure_rejects(catalog, namespace, group.name)
+
+
+def unique_basis(group: EntityGroup, tables: dict[str, Any]) -> tuple[str, ...] | None:
+    """The metadata locations of the published tables a unique-over-output check reads (None when
+    the contract has no unique rule): a change means the check must run again."""
+    gate = gates.Gates.of(group.contract)
+    if gate is None or not gate.unique:
+        return None
+    return tuple(tables[spec.name].metadata_location for spec in group.datasets
+                 if spec.kind.name == "current" and spec.name in tables)
 
 
 def check(catalog: Catalog, namespace: str, group: EntityGroup, con: Callable[[], Any], prepared: Any,

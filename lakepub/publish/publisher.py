@@ -297,7 +297,9 @@ class Publisher:
     def _publish_with_retries(self, prepared: PreparedBatch, identity: BatchIdentity, dataset: str,
                               started: float) -> PublishResult:
         events = prepared.events
+        original = prepared  # the batch before a gate verdict filtered it
         gate: gates.Outcome | None = None  # what the publish gates add to a lenient publish
+        checked_on: tuple[str, ...] | None = None  # the published tables a unique-over-output check read
         change: Change | None = None
         base_ledger: int | None = None
         for attempt in range(1, self.max_attempts + 1):
@@ -310,9 +312,15 @@ class Publisher:
             done = self._check_position(tables[dataset], previous, identity, attempt, dataset)
             if done is not None:
                 return done
-            if prepared.verdict is not None and gate is None:  # a new batch: refused here (strict) or let through
-                prepared, gate = gating.check(self.catalog, self.namespace, self.group, lambda: self.con, prepared,
+            basis = gating.unique_basis(self.group, tables) if original.verdict is not None else None
+            if original.verdict is not None and (gate is None or basis != checked_on):
+                # A new batch, or a retry after a concurrent publish moved the rows a unique rule
+                # is checked against: refused here (strict) or let through, with its verdict anew.
+                if gate is not None:
+                    change = None  # the accepted events may differ: project again
+                prepared, gate = gating.check(self.catalog, self.namespace, self.group, lambda: self.con, original,
                                               self.gate_partitions)
+                checked_on = basis
             # The ledger snapshot the published tables name: under the atomic commit it is the
             # ledger's main; after an ordered-mode crash (or a switch of mode) main may hold an
             # append no publish names, so the recorded snapshot is read and built on, in both modes.
