@@ -321,3 +321,22 @@ def test_catalog_config_redacts_secrets(ws_path: Path, cli):
         assert _ok(cli("catalog-config", "--format", "json", "--show-secrets")).json()["token"] == "s3cr3t"
     finally:
         del os.environ["LP_TEST_TOKEN"]
+
+
+def test_quality_rejects_and_gate_refusals_of_the_publish_gates(ws_path: Path, cli):
+    from test_gates import Batches, ev, rejected, setup
+
+    setup(ws_path, "lenient")
+    batches = Batches(ws_path, cli)
+    bad = [ev("c2", mrr=-5), ev("c3", status="weird")]  # range and enum: rejected, committed to __rejects
+    assert batches.publish([ev("c1"), *bad, ev("c4", plan=None)]).code == 0
+    setup(ws_path, "strict")
+    assert batches.publish([ev("c5", mrr=-1)]).code == 3  # refused by the gate: audited
+    res = cli("metrics", "customers_current")
+    assert res.code == 0, res.err
+    fams = families(res.out)
+    assert one(fams, "lakepub_quality_rejects_total", dataset="customers_current") == len(rejected(cli)) == len(bad)
+    assert one(fams, "lakepub_gate_refusals_total", dataset="customers_current") == 1
+    assert one(fams, "lakepub_inferred_from_schema_default_total", dataset="customers_current") == 1  # c4's plan
+    assert one(fams, "lakepub_events_total", dataset="customers_current") == 4
+    assert one(fams, "lakepub_rows", dataset="customers_current") == 2
