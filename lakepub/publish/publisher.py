@@ -28,11 +28,9 @@ from __future__ import annotations
 import random
 import time
 import warnings
-from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
 
-import numpy as np
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import DataFile
@@ -52,17 +50,17 @@ from lakepub.positions import Vector
 from lakepub.publish import gating
 from lakepub.publish.datasets import DatasetWriter, Rewrite
 from lakepub.publish.guards import check_contract
+from lakepub.publish.ledger_append import ledger_rows, stage_ledger
 from lakepub.publish.lookup import LedgerLookup
 from lakepub.publish.rebase import ledger_files_added_since, touches_entities
 from lakepub.publish.states import live_states
 from lakepub.publish.versioning import BatchSide, Change, Shape, prepare_batch, project
 from lakepub.store import audit, key_index
-from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode, reset_main
+from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode
 from lakepub.store.files import FileWriter
 from lakepub.store.layout import ensure_ledger, ledger_arrow, ledger_id, order_keys_version
 from lakepub.store.published import ensure_published
 from lakepub.store.record import COMMIT_ATTEMPTS, PUBLISH_STARTED, Counts, PublishRecord, find_batch, latest_published
-from lakepub.store.write import append_files, transaction
 
 if TYPE_CHECKING:  # a publish on the key-index path never opens DuckDB: imported on use
     import duckdb
@@ -393,7 +391,7 @@ class Publisher:
         ledger_base = previous.ledger_snapshot if previous else None
         ledger_file = runs = None
         if change.new_ledger_rows.num_rows:
-            rows = _ledger_rows(change.new_ledger_rows, identity.batch_id, ledger_arrow(ledger, self.contract))
+            rows = ledger_rows(change.new_ledger_rows, identity.batch_id, ledger_arrow(ledger, self.contract))
             plain = (*self.shape.key, "k1", "k2")
             ledger_file = FileWriter(ledger.metadata, ledger.io, plain=plain).submit([(None, rows)])
             runs = self._lookup.submit_runs_after(ledger, ledger_base, change.new_ledger_rows)
@@ -403,7 +401,7 @@ class Publisher:
         ledger_tx = None
         ledger_snapshot = ledger_base
         if ledger_file is not None and runs is not None:
-            ledger_tx = _stage_ledger(ledger, ledger_base, ledger_file, identity.batch_id, runs.result())
+            ledger_tx = stage_ledger(ledger, ledger_base, ledger_file, identity.batch_id, runs.result())
             ledger_snapshot = ledger_tx.table_metadata.current_snapshot_id
 
         staged: dict[str, tuple[Transaction, list[DataFile]]] = {}
@@ -490,31 +488,6 @@ def _ledger_age(ledger: Table, record: PublishRecord) -> int:
         return 0
     snapshot = ledger.snapshot_by_id(record.ledger_snapshot)
     return snapshot.sequence_number if snapshot is not None else -1
-
-
-def _stage_ledger(ledger: Table, base: int | None, data_file: list[Future[DataFile]], batch_id: str,
-                  runs: list[key_index.Run] | None) -> Transaction:
-    """A transaction appending the batch's ledger file (once written) on top of snapshot ``base``;
-    its summary names the key-index ``runs`` that hold all its rows (if any)."""
-    tx = transaction(ledger)
-    reset_main(tx, base)  # drops an unpublished append left on the ledger's main
-    props = {"lakepub.batch-id": batch_id}
-    if runs is not None:
-        props[key_index.INDEX_PROPERTY] = key_index.encode(runs)
-    append_files(tx, [f.result() for f in data_file], props)
-    return tx
-
-
-def _ledger_rows(rows: pa.Table, batch_id: str, schema: pa.Schema) -> pa.Table:
-    """The new ledger rows in ``schema``'s column order (the writer casts them to the table's schema)."""
-    columns = {name: rows.column(name) for name in rows.column_names}
-    # One dictionary entry: the writer's cast to string (in its pool thread) expands it.
-    columns["batch_id"] = pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows.num_rows, np.int32)),
-                                                         pa.array([batch_id], pa.string()))
-    columns["floor"] = pa.nulls(rows.num_rows, pa.int64())
-    if "history" in schema.names:  # a compacted ledger: only compaction fills it
-        columns["history"] = pa.nulls(rows.num_rows, schema.field("history").type)
-    return pa.table([columns[name] for name in schema.names], names=schema.names)
 
 
 def _truncated_history_note(summary: Table, identity: BatchIdentity, committed: Vector) -> str:
