@@ -253,7 +253,10 @@ def _swap_pointers(catalog: SqlCatalog, staged: list[tuple[tuple[str, ...], str,
         try:
             session.commit()
         except OperationalError as exc:
-            if "locked" in str(exc.orig).lower():
+            # SQLite's "database is locked" at COMMIT (SQLITE_BUSY) leaves the transaction open and
+            # unapplied: a conflict to retry. Any other engine's failure at COMMIT, PostgreSQL's lock
+            # errors included, may or may not have landed.
+            if catalog.engine.dialect.name == "sqlite" and "locked" in str(exc.orig).lower():
                 session.rollback()
                 raise CommitConflict(" ".join(str(exc.orig).split())) from exc
             raise OutcomeUnknown(f"catalog did not confirm the commit: {' '.join(str(exc.orig).split())}") from exc

@@ -155,3 +155,21 @@ def test_writers_started_together_on_an_empty_database(pg_url, make_workspace, t
     got = {r["day"]: (r["cents"], r["orders"]) for r in ws.query(f"SELECT * FROM {DATASET}").to_pylist()}
     assert got == oracle_summary([e for batches in plan.values() for batch in batches for e in batch])
     assert ws.committed_positions(DATASET) == {s: {"p0": 20} for s in plan}
+
+
+def test_a_lock_error_at_commit_on_postgresql_is_an_unknown_outcome(pg_ws: Workspace, monkeypatch):
+    """SQLite's "database is locked" at COMMIT is a conflict (nothing applied, retry); on
+    PostgreSQL a failure of COMMIT itself, a lock error included, may have landed: exit 5."""
+    from sqlalchemy.exc import OperationalError
+
+    from lakepub.errors import OutcomeUnknown
+    from lakepub.store import commit
+
+    class LockedAtCommit(commit.Session):
+        def commit(self):
+            raise OperationalError("COMMIT", {}, Exception("canceling statement due to lock timeout: relation locked"))
+
+    pg_ws.publish(DATASET, [A1], start={}, end={"p0": 1})
+    monkeypatch.setattr(commit, "Session", LockedAtCommit)
+    with pytest.raises(OutcomeUnknown):
+        pg_ws.publish(DATASET, [A2], start={"p0": 1}, end={"p0": 2})
