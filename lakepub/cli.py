@@ -7,7 +7,8 @@ DuckDB, ~0.6 s of imports), so ``lakepub --help`` pays for none of it
 
 Exit codes: 0 ok (including "already published"), 1 verify mismatch or internal error,
 2 invalid input or configuration, 3 refused by the protocol (payload conflict, stale start),
-4 failed and safe to retry (commit contention), 5 outcome unknown (check ``lakepub log``).
+4 failed and safe to retry (commit contention), 5 outcome unknown (check ``lakepub log``),
+6 ``lakepub wait`` timed out.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok (also: batch already published), 1 verify mismatch or internal error, "
     "2 invalid input or config, 3 refused (payload conflict, stale start), 4 failed and safe to retry, "
-    "5 outcome unknown."
+    "5 outcome unknown, 6 wait timed out."
 )
 
 
@@ -175,6 +176,9 @@ def run(ctx: click.Context, dataset: str, landing: Path | None, max_batch: int, 
     if fmt == "json":
         click.echo(output.to_json(result.as_dict()))
         return
+    if result.skipped:
+        click.echo(f"skipped: {result.skipped}")
+        return
     if not result.batches:
         click.echo(f"nothing new in {result.landing}; {dataset} is at {output.vector(result.end)}")
         return
@@ -216,7 +220,13 @@ def status(ctx: click.Context, dataset: str | None, landing: str | None, as_of: 
     from lakepub import reports
 
     ws = _ws(ctx)
-    names = [dataset] if dataset else sorted(ws.config.datasets)
+    if dataset:
+        names = [dataset]
+    else:  # retired datasets are hidden from the listing (`lakepub state NAME` shows one)
+        from lakepub.lifecycle.retirement import retired_names
+
+        hidden = retired_names(ws)
+        names = [n for n in sorted(ws.config.datasets) if n not in hidden]
     now = _instant(as_of) if as_of else None
     statuses = [reports.status(ws, name, landing=landing, now=now) for name in names]
     if fmt == "json":
@@ -336,6 +346,10 @@ _ops(main)
 from lakepub.contract.gates_cli import register_cli as _gates  # noqa: E402 - rejects
 
 _gates(main)
+
+from lakepub.lifecycle.cli import register_cli as _lifecycle  # noqa: E402 - state, wait, retire, restore
+
+_lifecycle(main)
 
 if __name__ == "__main__":
     main()
