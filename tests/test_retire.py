@@ -164,10 +164,11 @@ def test_janitor_hard_deletes_after_the_grace_with_everything_downstream(ws_path
     assert "orders_daily" not in fresh.published_views()
 
 
-def test_a_restore_before_the_claim_wins_and_a_claim_blocks_restore(ws_path: Path, cli):
+def test_a_restore_before_the_claim_wins_and_a_claim_blocks_restore(backend_ws: Workspace, ws_path: Path, cli):
+    """On SQLite (atomic and ordered publishes) and PostgreSQL: the claim compares the metadata."""
     _orders(ws_path, "00000.jsonl", [("A", 1, "2025-10-01", 100)])
     _ok(cli("run", "orders_daily"))
-    ws = Workspace.open(ws_path)
+    ws = backend_ws
     t0 = time.time()
     retire(ws, "orders_daily", grace_s=0, now=t0)
     stale = ws.catalog.load_table("lakepub.orders_daily")  # what a janitor checked...

@@ -34,6 +34,8 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from lakepub.errors import BlockedError, CommitContention
+from pyiceberg.catalog.sql import SqlCatalog
+
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode
 
 RETIRED_PROPERTY = "lakepub.retired"
@@ -186,12 +188,14 @@ def _commit(ws, dataset: str, table: Table, change):
 
 def compare_and_set(catalog, mode: str, table: Table, tx) -> None:
     """Commit ``tx`` only if ``table`` is still at the metadata it was loaded at (CommitConflict
-    otherwise). SQL catalogs: the compare-and-set of ``store/commit.py``. Other catalogs (Glue,
+    otherwise). SQL catalogs: the compare-and-set of ``store/commit.py`` (``mode`` is only checked:
+    pyiceberg's own ``SqlCatalog.commit_table`` would re-apply the change onto the current metadata). Other catalogs (Glue,
     REST) commit with their own single-table commit, which re-applies a property change onto
     whatever is current: there a restore racing the janitor's claim at the very end of the grace
     may lose (documented in README)."""
+    commit_mode(catalog, mode)  # a misconfigured mode is a ConfigError here too
     change = TableChange(table, tx)
-    if commit_mode(catalog, mode) == "atomic":
+    if isinstance(catalog, SqlCatalog):  # whatever the publishes' commit mode (``ordered`` included)
         commit_atomically(catalog, [change])
     else:
         commit_in_order(catalog, [change])
