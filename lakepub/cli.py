@@ -219,16 +219,18 @@ def status(ctx: click.Context, dataset: str | None, landing: str | None, as_of: 
     landing backlog and, where the contract promises it, freshness (on time / late by how much)."""
     from lakepub import reports
 
+    from lakepub.lifecycle.retirement import retired_names, retirement_note
+
     ws = _ws(ctx)
     if dataset:
         names = [dataset]
-    else:  # retired datasets are hidden from the listing (`lakepub state NAME` shows one)
-        from lakepub.lifecycle.retirement import retired_names
-
+    else:  # retired datasets are hidden from the listing (named, they are shown with a note)
         hidden = retired_names(ws)
         names = [n for n in sorted(ws.config.datasets) if n not in hidden]
     now = _instant(as_of) if as_of else None
     statuses = [reports.status(ws, name, landing=landing, now=now) for name in names]
+    if dataset:
+        statuses = [retirement_note(ws, s) for s in statuses]
     if fmt == "json":
         click.echo(output.to_json([s.as_dict() for s in statuses]))
         return

@@ -77,6 +77,8 @@ def test_retire_hides_keeps_the_data_and_restore_brings_it_back(ws_path: Path, c
     # ... but named, it is still there, and its state says so.
     state = _ok(cli("state", "customers_current", "--format", "json")).json()
     assert state["readiness"] == "retired" and state["fingerprint"] == snapshot and state["retired"]["at"]
+    named = _ok(cli("status", "customers_current", "--format", "json")).json()[0]
+    assert named["snapshot_id"] == snapshot and named["note"].startswith("retired since")
     # No data removed: same snapshot, same files.
     table = fresh.catalog.load_table("lakepub.customers_current")
     assert table.metadata.current_snapshot_id == snapshot and _files(ws, "customers_current") == files

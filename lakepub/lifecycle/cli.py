@@ -4,6 +4,7 @@ imports the workspace (pyiceberg, DuckDB) when it runs, so ``lakepub --help`` do
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -75,8 +76,22 @@ def wait(ctx: click.Context, dataset: str, partition: str | None, data_version: 
     what = describe_wait(dataset, partition, data_version)
     if not (ctx.obj or {}).get("quiet") and fmt != "json":
         click.echo(f"waiting for {what} (timeout {timeout}, every {interval_s:g} s)", err=True)
-    found = _ws(ctx).wait(dataset, partition=partition, data_version=data_version,
-                          timeout=timeout_s, interval=interval_s)
+    from lakepub.lifecycle.sensor import wait_for
+
+    ws = _ws(ctx)
+    live = sys.stderr.isatty() and not (ctx.obj or {}).get("quiet")
+
+    def on_poll(seen, left: float) -> None:  # a status line on a terminal (schedulers get the lines above)
+        if live:
+            click.echo(f"\r  still waiting: {seen.readiness}, snapshot {seen.fingerprint}, {left:.0f} s left ",
+                       err=True, nl=False)
+
+    try:
+        found = wait_for(ws, dataset, partition=partition, data_version=data_version, timeout_s=timeout_s,
+                         interval_s=interval_s, on_poll=on_poll)
+    finally:
+        if live:
+            click.echo("", err=True)
     if fmt == "json":
         click.echo(output.to_json({"waited_for": {"dataset": dataset, "partition": partition,
                                                   "data_version": data_version}, "state": found.as_dict()}))

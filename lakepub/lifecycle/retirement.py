@@ -98,6 +98,18 @@ def retired_names(ws) -> dict[str, Retirement]:
     return out
 
 
+def retirement_note(ws, status):
+    """``status`` (a ``reports.DatasetStatus``) with a note saying its dataset is retired, if it is."""
+    from dataclasses import replace
+
+    found = retirement_of(ws._summary_table(status.dataset))  # noqa: SLF001
+    if found is None:
+        return status
+    note = (f"retired since {iso(found.at_ms)} ({found.state}): hidden from queries and listings, skipped by run; "
+            f"'lakepub restore {status.dataset}' undoes it until {iso(found.delete_after_ms)}")
+    return replace(status, note=f"{note}; {status.note}" if status.note else note)
+
+
 def check_not_retired(table: Table | None, dataset: str, doing: str) -> None:
     """Raise DatasetRetired (exit 3) if ``table`` is retired."""
     found = retirement_of(table)
