@@ -34,6 +34,7 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from lakepub.lifecycle.graph import definitions, downstream_of
 from lakepub.lifecycle.retirement import RETIRED_PROPERTY, Retirement, compare_and_set, iso, mark_deleting, retirement_of
+from lakepub.store.commit import CommitConflict
 from lakepub.store.layout import ledger_id
 from lakepub.store.rejects import rejects_id
 
@@ -119,9 +120,9 @@ def hard_delete(ws, *, now: float | None = None, dry_run: bool = False) -> HardD
 
 def _plan(ws, tables: dict, due: dict[str, Retirement]) -> list[Doomed]:
     ns = ws.config.namespace
-    defs = definitions(ws.config.root / ws.config.catalog_dir)
-    roots = sorted(due)
-    doomed = downstream_of(ws.config.root, roots, known=defs)
+    catalog_dir = ws.config.root / ws.config.catalog_dir
+    defs = definitions(catalog_dir)
+    doomed = downstream_of(catalog_dir, sorted(due), known=defs)
     out: list[Doomed] = []
     for name in sorted(doomed, key=lambda n: (n not in due, n)):
         if name in due:
@@ -159,7 +160,7 @@ def _mark(ws, table_name: str) -> None:
         try:
             compare_and_set(ws.catalog, ws.config.commit, table, tx)
             return
-        except Exception:  # noqa: BLE001 - a publish landed: re-read and claim again
+        except CommitConflict:  # a publish landed: re-read and mark again
             continue
 
 
