@@ -203,3 +203,35 @@ def test_retire_refuses_a_dataset_never_published(ws_path: Path, cli):
     assert res.code == 3 and "never been published" in res.err and "orders_daily.yaml" in res.err
     with pytest.raises(LakepubError):
         Workspace.open(ws_path).retire("orders_daily")
+
+
+def test_a_publisher_loaded_before_the_retire_keeps_it(ws_path: Path, cli):
+    """Many writers: a publisher whose tables predate the retire commit loses one compare-and-set,
+    reloads and commits on top of it; the retirement survives and the published data is right."""
+    from test_any_dataset import STREAM_2, _land
+
+    _customers(ws_path, cli)
+    writer = Workspace.open(ws_path)
+    writer.run("customers_mrr")  # loads (and caches) the entity's tables
+    Workspace.open(ws_path).retire("customers_current", grace="7d")
+    _land(ws_path / "landing" / "customers" / "p0", "00001.jsonl", STREAM_2)
+    result = writer.run("customers_mrr")
+    assert len(result.batches) == 1 and set(result.batches[0].datasets) == {"customers_mrr", "customers_current"}
+    fresh = Workspace.open(ws_path)
+    assert fresh.state("customers_current").readiness == "retired"
+    assert fresh.state("customers_mrr").readiness == "published"
+    assert fresh.verify("customers_current", deep=True).ok and fresh.verify("customers_mrr", deep=True).ok
+    from test_any_dataset import STREAM_1, _live, _oracle_mrr
+
+    events = STREAM_1 + STREAM_2
+    assert _published_mrr(cli) == _oracle_mrr(events)
+    fresh.restore("customers_current")
+    current = Workspace.open(ws_path).query("SELECT customer_id, country, plan, mrr_cents FROM customers_current")
+    assert {r["customer_id"]: (r["country"], r["plan"], r["mrr_cents"]) for r in current.to_pylist()} == {
+        k: (e["country"], e["plan"], e["mrr_cents"]) for k, e in _live(events).items()}
+
+
+def _published_mrr(cli) -> dict:
+    from test_any_dataset import _published_mrr as published
+
+    return published(cli)
