@@ -7,7 +7,8 @@ DuckDB, ~0.6 s of imports), so ``lakepub --help`` pays for none of it
 
 Exit codes: 0 ok (including "already published"), 1 verify mismatch or internal error,
 2 invalid input or configuration, 3 refused by the protocol (payload conflict, stale start),
-4 failed and safe to retry (commit contention), 5 outcome unknown (check ``lakepub log``).
+4 failed and safe to retry (commit contention), 5 outcome unknown (check ``lakepub log``),
+6 ``lakepub wait`` timed out.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok (also: batch already published), 1 verify mismatch or internal error, "
     "2 invalid input or config, 3 refused (payload conflict, stale start), 4 failed and safe to retry, "
-    "5 outcome unknown."
+    "5 outcome unknown, 6 wait timed out."
 )
 
 
@@ -175,6 +176,9 @@ def run(ctx: click.Context, dataset: str, landing: Path | None, max_batch: int, 
     if fmt == "json":
         click.echo(output.to_json(result.as_dict()))
         return
+    if result.skipped:
+        click.echo(f"skipped: {result.skipped}")
+        return
     if not result.batches:
         click.echo(f"nothing new in {result.landing}; {dataset} is at {output.vector(result.end)}")
         return
@@ -215,10 +219,18 @@ def status(ctx: click.Context, dataset: str | None, landing: str | None, as_of: 
     landing backlog and, where the contract promises it, freshness (on time / late by how much)."""
     from lakepub import reports
 
+    from lakepub.lifecycle.retirement import retired_names, retirement_note
+
     ws = _ws(ctx)
-    names = [dataset] if dataset else sorted(ws.config.datasets)
+    if dataset:
+        names = [dataset]
+    else:  # retired datasets are hidden from the listing (named, they are shown with a note)
+        hidden = retired_names(ws)
+        names = [n for n in sorted(ws.config.datasets) if n not in hidden]
     now = _instant(as_of) if as_of else None
     statuses = [reports.status(ws, name, landing=landing, now=now) for name in names]
+    if dataset:
+        statuses = [retirement_note(ws, s) for s in statuses]
     if fmt == "json":
         click.echo(output.to_json([s.as_dict() for s in statuses]))
         return
@@ -336,6 +348,10 @@ _ops(main)
 from lakepub.contract.gates_cli import register_cli as _gates  # noqa: E402 - rejects
 
 _gates(main)
+
+from lakepub.lifecycle.cli import register_cli as _lifecycle  # noqa: E402 - state, wait, retire, restore
+
+_lifecycle(main)
 
 if __name__ == "__main__":
     main()

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from lakepub.contract.consumers import ObservedConnection
     from lakepub.maintenance.compact import CompactionResult
     from lakepub.maintenance.janitor import JanitorReport
+    from lakepub.lifecycle.retirement import RetireResult
+    from lakepub.lifecycle.state import DatasetState
     from lakepub.reports import DatasetStatus, LogEntry, VerifyReport
     from lakepub.views import Resolution
 
@@ -58,6 +60,7 @@ class RunResult:
     batches: list[PublishResult] = field(default_factory=list)
     start: Vector = field(default_factory=dict)
     end: Vector = field(default_factory=dict)
+    skipped: str | None = None  # why nothing was read (a retired dataset: lakepub/lifecycle/retirement.py)
 
     @property
     def events(self) -> int:
@@ -69,7 +72,7 @@ class RunResult:
         return {
             "dataset": self.dataset, "source": self.source, "landing": self.landing,
             "start": self.start, "end": self.end, "events": self.events,
-            "batches": [b.as_dict() for b in self.batches],
+            "batches": [b.as_dict() for b in self.batches], "skipped": self.skipped,
         }
 
 
@@ -155,6 +158,7 @@ class Workspace:
         end_v = positions.parse_vector(end, "end")
         covered = positions.check_range(start_v, end_v)
         table = _events_table(events, spec.contract)  # read and validated before anything touches the catalog
+        _refuse_retired(self._summary_table(dataset), dataset, "publishing into it")
         if isinstance(events, (str, Path)) and table.num_rows != covered:
             name = "<stdin>" if str(events) == "-" else str(events)
             raise InvalidPosition(f"{name} has {table.num_rows} events but the range {positions.dumps(start_v)} -> "
@@ -170,6 +174,10 @@ class Workspace:
         ``on_start(pending_records)`` and ``on_batch(result, pending_after)`` report progress.
         """
         spec = self.dataset(dataset)
+        retired = _retirement(self._summary_table(dataset))
+        if retired is not None:  # like a disabled dbt model: skipped, not an error (nothing is read)
+            return RunResult(dataset, spec.source, "", skipped=f"{dataset} is retired since {retired}; skipped "
+                             f"(nothing read or published; 'lakepub restore {dataset}' to run it again)")
         src = LandingSource(self.config.landing_dir(spec.source, Path(landing) if landing else None), spec.contract)
         if not src.exists():
             raise ConfigError(f"landing folder {src.folder} does not exist (it holds one folder per source "
@@ -273,7 +281,7 @@ class Workspace:
         out = {}
         for name in sorted(self.config.datasets):
             table = self._summary_table(name)
-            if table is not None and table.metadata.current_snapshot_id is not None:
+            if table is not None and table.metadata.current_snapshot_id is not None and _retirement(table) is None:
                 check_scannable(table)  # before DuckDB reads it: a bad manifest would abort the process
                 out[name] = table.metadata_location
         return out
@@ -309,8 +317,8 @@ class Workspace:
         out = {}
         for name in sorted(self.config.datasets):
             table = self._summary_table(name)
-            if table is not None and table.metadata.current_snapshot_id is not None:
-                out[name] = views.resolve(table, cache)
+            if table is not None and table.metadata.current_snapshot_id is not None and _retirement(table) is None:
+                out[name] = views.resolve(table, cache)  # a retired dataset has no view
         return out
 
     @classified
@@ -336,6 +344,10 @@ class Workspace:
         except duckdb.Error as exc:
             message = " ".join(str(exc).split())
             unpublished = [n for n in self.config.datasets if n not in published and n in message]
+            if isinstance(exc, duckdb.CatalogException) and unpublished and (
+                    when := _retirement(self._summary_table(unpublished[0]))) is not None:
+                raise QueryError(f"dataset '{unpublished[0]}' is retired since {when} and hidden from queries; "
+                                 f"run 'lakepub restore {unpublished[0]}' to read it again") from None
             if isinstance(exc, duckdb.CatalogException) and unpublished:
                 raise QueryError(f"dataset '{unpublished[0]}' has no published snapshot yet; "
                                  f"run 'lakepub run {unpublished[0]}' or 'lakepub publish' first") from None
@@ -348,12 +360,64 @@ class Workspace:
         finally:
             con.close()
 
+    @classified
+    def state(self, dataset: str) -> "DatasetState":
+        """What ``lakepub state DATASET`` shows (``lakepub.lifecycle.state``; ``.as_dict()``: its
+        versioned JSON): data version, fingerprint, partitions, positions, last publish, readiness."""
+        from lakepub.lifecycle.state import dataset_state
+
+        return dataset_state(self, dataset)
+
+    @classified
+    def wait(self, dataset: str, *, partition: str | None = None, data_version: str | None = None,
+             timeout: str | float = "30m", interval: str | float = "5s") -> "DatasetState":
+        """Block until ``dataset`` (its ``partition``) is published (at ``data_version``); raises
+        WaitTimedOut (exit 6) after ``timeout`` (a duration or seconds). ``lakepub wait``."""
+        from lakepub.lifecycle.sensor import wait_for
+        from lakepub.maintenance.durations import parse_duration
+
+        def seconds(value: str | float, option: str) -> float:
+            return parse_duration(value, option) if isinstance(value, str) else float(value)
+
+        return wait_for(self, dataset, partition=partition, data_version=data_version,
+                        timeout_s=seconds(timeout, "--timeout"), interval_s=seconds(interval, "--interval"))
+
+    @classified
+    def retire(self, dataset: str, *, grace: str | float = "7d") -> "RetireResult":
+        """Soft-delete ``dataset`` (``lakepub retire``): hidden from views and listings, skipped by
+        ``run``, hard-deleted by the janitor after ``grace``; no data is removed."""
+        from lakepub.lifecycle.retirement import retire
+        from lakepub.maintenance.durations import parse_duration
+
+        return retire(self, dataset, grace_s=parse_duration(grace, "--grace") if isinstance(grace, str) else float(grace))
+
+    @classified
+    def restore(self, dataset: str) -> "RetireResult":
+        """Undo ``retire`` (``lakepub restore``)."""
+        from lakepub.lifecycle.retirement import restore
+
+        return restore(self, dataset)
+
     def _summary_table(self, dataset: str):
         self.dataset(dataset)
         try:
             return self.catalog.load_table(summary_id(self.config.namespace, dataset))
         except NoSuchTableError:
             return None
+
+
+def _retirement(table) -> str | None:
+    """When ``table``'s dataset was retired (ISO 8601), or None (``lakepub.lifecycle.retirement``)."""
+    from lakepub.lifecycle.retirement import iso, retirement_of
+
+    found = retirement_of(table)
+    return iso(found.at_ms) if found is not None else None
+
+
+def _refuse_retired(table, dataset: str, doing: str) -> None:
+    from lakepub.lifecycle.retirement import check_not_retired
+
+    check_not_retired(table, dataset, doing)
 
 
 def _events_table(events: EventsInput, contract: Contract) -> pa.Table:

@@ -75,7 +75,11 @@ def janitor(ctx: click.Context, datasets: tuple[str, ...], dry_run: bool, older_
     Keeps, whatever their age: the last --retain-last snapshots of each branch, every branch and
     tag head, the published snapshot, and main's history down to the newest checksum record of
     every live partition (so `lakepub verify` keeps working). Removes `lakepub-staging-*` branches
-    whose head is older than --older-than. Never deletes a file modified within --older-than."""
+    whose head is older than --older-than. Never deletes a file modified within --older-than.
+
+    Without DATASET it first hard-deletes retired datasets whose `retire --grace` is over: their
+    tables and files, their entity's ledger when no dataset of it remains, and the definitions
+    (YAML) of them and of every dataset downstream (with their tables); --dry-run lists them."""
     from lakepub.maintenance.janitor import JanitorOptions, run_janitor
     from lakepub.workspace import Workspace
 
@@ -103,6 +107,7 @@ def render_table(report: JanitorReport) -> str:
     for t in report.tables:
         lines += [f"warning: {t.table}: {w}" for w in t.warnings]
         lines += [f"failed to delete: {p}" for p in t.failed]
+    lines += _retired_lines(report)
     totals = report.totals()
     grace = format_duration(report.options.grace)
     if report.options.dry_run:
@@ -115,6 +120,21 @@ def render_table(report: JanitorReport) -> str:
         lines.append(f"kept {totals['young_files']} unreferenced file(s) younger than {grace} "
                      "(possibly a publish in flight)")
     return "\n".join(lines)
+
+
+def _retired_lines(report: JanitorReport) -> list[str]:
+    """Retired datasets hard-deleted (or, dry run, that would be) and those still in their grace."""
+    retired = report.retired
+    if retired is None:
+        return []
+    verb = "would hard-delete" if retired.dry_run else "hard-deleted"
+    out = [f"{verb} {d.role} {d.name}: {d.reason}" + (f"; table {d.table}" if d.table else "")
+           + (f"; definition {d.definition}" if d.definition else "")
+           + (f"; {d.deleted_files} file(s)" if d.done else "") for d in retired.deleted]
+    out += [f"retired {w['dataset']}: kept until {w['delete_after']} (lakepub restore {w['dataset']} undoes it)"
+            for w in retired.waiting]
+    out += [f"skipped {name}: restored or published while the janitor claimed it" for name in retired.skipped]
+    return out
 
 
 def _bytes(n: int) -> str:

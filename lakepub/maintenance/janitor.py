@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Sequence
+from typing import Any, Sequence
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
@@ -120,6 +120,7 @@ class JanitorReport:
     now: float
     options: JanitorOptions
     tables: list[TableReport]
+    retired: Any = None  # lakepub.lifecycle.hard_delete.HardDeleteReport: retired datasets hard-deleted
 
     def totals(self) -> dict[str, int]:
         """Sums over the tables (snapshots expired, files and bytes found and removed, young files)."""
@@ -136,6 +137,7 @@ class JanitorReport:
             "retain_last": self.options.retain_last,
             "tables": [t.as_dict() for t in self.tables],
             "totals": self.totals(),
+            "retired": self.retired.as_dict() if self.retired is not None else None,
         }
 
 
@@ -174,13 +176,18 @@ def run_janitor(ws: Workspace, datasets: Sequence[str] = (), options: JanitorOpt
                 stores: dict[str, FileStore] | None = None) -> JanitorReport:
     """Clean the workspace's tables; see the module docstring. ``stores`` maps a scheme (``file``,
     ``s3``) to a FileStore, overriding the ones built from the catalog properties."""
+    from lakepub.lifecycle.hard_delete import hard_delete
+
     now = time.time() if now is None else now
     catalog = ws.catalog
     cache: dict[str, FileStore] = dict(stores or {})
-    chosen = targets(ws, datasets)
+    # Retired datasets past their grace (and their downstream) go first (whole workspace runs only).
+    retired = None if datasets else hard_delete(ws, now=now, dry_run=options.dry_run)
+    gone = retired.datasets if retired is not None else set()
+    chosen = [t for t in targets(ws, datasets) if t.dataset not in gone or t.role != "published"]
     locations = table_locations(catalog, ws.config.namespace)
     prepared = [p for t in chosen if (p := _prepare(catalog, t, ws.config.catalog, cache, progress, locations))]
-    return JanitorReport(now, options, [clean_table(catalog, p, options, now) for p in prepared])
+    return JanitorReport(now, options, [clean_table(catalog, p, options, now) for p in prepared], retired)
 
 
 def table_locations(catalog: Catalog, namespace: str) -> dict[str, str]:

@@ -103,7 +103,13 @@ class DatasetMetrics:
 
 def gather(ws, datasets: list[str] | None = None) -> list[DatasetMetrics]:
     """The figures of ``datasets`` (default: every dataset of the workspace, in name order)."""
-    names = list(datasets) if datasets else sorted(ws.config.datasets)
+    if datasets:
+        names = list(datasets)
+    else:  # retired datasets are hidden from the listing (named ones are still shown)
+        from lakepub.lifecycle.retirement import retired_names
+
+        hidden = retired_names(ws)
+        names = [n for n in sorted(ws.config.datasets) if n not in hidden]
     for name in names:
         ws.dataset(name)  # an unknown name is exit 2 before anything is read
     return [_dataset(ws, name) for name in names]

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 from pyiceberg.exceptions import NoSuchTableError
 
+from lakepub.lifecycle.retirement import retirement_of
 from lakepub.ops.data_version import of_dataset
 from lakepub.store.layout import ledger_id, summary_id
 from lakepub.store.record import latest_record
@@ -54,7 +55,7 @@ def published_tables(ws) -> list[PublishedTable]:
         except NoSuchTableError:
             continue
         current = table.metadata.current_snapshot_id
-        if current is None:
+        if current is None or retirement_of(table) is not None:  # retired: hidden (lifecycle/retirement.py)
             continue
         record = latest_record(table)
         out.append(PublishedTable("dataset", name, _ident(summary_id(ns, name)), table.metadata_location, current,
