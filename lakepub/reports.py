@@ -288,7 +288,8 @@ def _index_check(con, ledger, snapshot_id: int, contract: Contract = ORDERS_CONT
     except OSError as exc:
         return [f"ledger key index: a run is unreadable ({' '.join(str(exc).split())}); publishes scan the "
                 f"ledger instead until `lakepub compact` writes a complete index"]
-    con.register("lp_index", pa.Table.from_batches(batches, schema=schema))
+    con.register("lp_index", pa.concat_tables([key_index.conform(pa.Table.from_batches([b]), schema) for b in batches])
+                 if batches else schema.empty_table())  # runs from before an evolution lack its columns
     try:
         state = [duck.name(n) for n in contract.state_names]
         version = duck.name(contract.entity.version)

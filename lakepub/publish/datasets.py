@@ -114,10 +114,12 @@ class DatasetWriter:
         return submit_partitions(table, {v: r for v, r in rewrite.rows.items() if r.num_rows}) if rewrite.values else []
 
     def stage(self, table: Table, rewrite: Rewrite, record: PublishRecord,
-              files: list[Future[DataFile]] | None = None) -> tuple[Transaction, list[DataFile]]:
+              files: list[Future[DataFile]] | None = None,
+              tx: Transaction | None = None) -> tuple[Transaction, list[DataFile]]:
         """A transaction replacing the rewritten partitions, its snapshot carrying ``record``;
-        ``files``: what ``write_files`` started for this rewrite (else they are written now)."""
-        tx = transaction(table)
+        ``files``: what ``write_files`` started for this rewrite (else they are written now);
+        ``tx``: one holding a schema evolution already (``publish/evolution.py``)."""
+        tx = tx if tx is not None else transaction(table)
         props = record.to_properties()
         if rewrite.values:
             parts = files if files is not None else {v: r for v, r in rewrite.rows.items() if r.num_rows}

@@ -47,7 +47,7 @@ from lakepub.errors import (
 from lakepub.faults import fault_point
 from lakepub.identity import BatchIdentity, canonical, events_digest, fingerprint
 from lakepub.positions import Vector
-from lakepub.publish import gating
+from lakepub.publish import evolution, gating
 from lakepub.publish.datasets import DatasetWriter, Rewrite
 from lakepub.publish.guards import check_contract
 from lakepub.publish.ledger_append import ledger_rows, stage_ledger
@@ -58,6 +58,7 @@ from lakepub.publish.versioning import BatchSide, Change, Shape, prepare_batch, 
 from lakepub.store import audit, key_index
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode
 from lakepub.store.files import FileWriter
+from lakepub.store.write import transaction
 from lakepub.store.layout import ensure_ledger, ledger_arrow, ledger_id, order_keys_version
 from lakepub.store.published import ensure_published
 from lakepub.store.record import COMMIT_ATTEMPTS, PUBLISH_STARTED, Counts, PublishRecord, find_batch, latest_published
@@ -149,13 +150,19 @@ class Publisher:
                               "so that they never disagree: set commit: atomic (or auto) with a SQL catalog, or give "
                               "each dataset its own entity")
         ledger = ensure_ledger(catalog, namespace, group.name, group.contract)
-        check_contract(group.contract, ledger)  # the ledger's entity is still the contract's
+        # The ledger's entity is still the contract's, or the contract a compatible evolution of it
+        # (publish/evolution.py: the schemas evolve with the next batch's data).
+        check_contract(group.contract, ledger, lambda: evolution.recorded_ref(ledger, self._existing()))
         self.writers = {spec.name: DatasetWriter(spec) for spec in group.datasets}
         for spec in group.datasets:  # created if new; a definition that changed under it is refused
             self.writers[spec.name].check_definition(ensure_published(catalog, namespace, spec))
         self._lookup = LedgerLookup(lambda: self.con, ledger.location(), use_index=key_index, contract=group.contract)
         self.gate_partitions = gating.partition_columns(group)  # publish gates: publish/gating.py
         gating.ensure_tables(catalog, namespace, group)
+
+    def _existing(self) -> dict[str, Table]:
+        ids = [(self.namespace, name) for name in self.group.dataset_names]
+        return {i[1]: self.catalog.load_table(i) for i in ids if self.catalog.table_exists(i)}
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -385,6 +392,14 @@ class Publisher:
         # Every dataset's new partitions first: a refusal (a sum out of range) writes nothing.
         rewrites: dict[str, Rewrite] = {name: writer.rewrite(tables[name], change)
                                         for name, writer in self.writers.items()}
+        # A compatible new contract version: schema updates staged first, in this commit's transactions.
+        ledger_plan, plans = evolution.plans(self.contract, {n: w.spec for n, w in self.writers.items()}, ledger, tables)
+        ledger_tx = transaction(ledger) if not ledger_plan.empty else None
+        evolution.stage(ledger_tx, ledger_plan) if ledger_tx is not None else None
+        txs = {name: transaction(tables[name]) for name in plans}
+        for name, tx in txs.items():
+            evolution.stage(tx, plans[name])
+            rewrites[name] = evolution.widen(self.writers[name], tables[name], rewrites[name])
         # The ledger's new data file, its key-index run and the partitions' files are all written in
         # the background at once (a batch spread over years rewrites ~36 partitions); the ledger
         # file is submitted first, as it is the biggest and the first one waited for.
@@ -393,15 +408,16 @@ class Publisher:
         if change.new_ledger_rows.num_rows:
             rows = ledger_rows(change.new_ledger_rows, identity.batch_id, ledger_arrow(ledger, self.contract))
             plain = (*self.shape.key, "k1", "k2")
-            ledger_file = FileWriter(ledger.metadata, ledger.io, plain=plain).submit([(None, rows)])
+            metadata = ledger_tx.table_metadata if ledger_tx is not None else ledger.metadata
+            ledger_file = FileWriter(metadata, ledger.io, plain=plain).submit([(None, rows)])
             runs = self._lookup.submit_runs_after(ledger, ledger_base, change.new_ledger_rows)
-        files = {name: writer.write_files(tables[name], rewrites[name]) for name, writer in self.writers.items()}
+        files = {name: writer.write_files(evolution.evolved(tables[name], txs[name]) if name in txs else tables[name],
+                                          rewrites[name]) for name, writer in self.writers.items()}
         new_positions = positions.advance(previous.positions if previous else {}, identity.source, identity.end)
 
-        ledger_tx = None
         ledger_snapshot = ledger_base
         if ledger_file is not None and runs is not None:
-            ledger_tx = stage_ledger(ledger, ledger_base, ledger_file, identity.batch_id, runs.result())
+            ledger_tx = stage_ledger(ledger, ledger_base, ledger_file, identity.batch_id, runs.result(), ledger_tx)
             ledger_snapshot = ledger_tx.table_metadata.current_snapshot_id
 
         staged: dict[str, tuple[Transaction, list[DataFile]]] = {}
@@ -415,7 +431,7 @@ class Publisher:
                 positions=new_positions,
                 contract=self.contract.schema_ref,
                 contract_sha256=self.contract.sha256,
-                schema_id=tables[name].metadata.current_schema_id,
+                schema_id=(txs[name].table_metadata if name in txs else tables[name].metadata).current_schema_id,
                 checksums=rewrites[name].checksums,
                 counts=counts,
                 totals=(own.totals if own else Counts()) + counts,
@@ -423,7 +439,7 @@ class Publisher:
                 partition_count=writer.partition_count(tables[name], rewrites[name]),
                 extra={**timing, **(gate.properties if gate is not None else {})},
             )
-            staged[name] = writer.stage(tables[name], rewrites[name], record, files[name])
+            staged[name] = writer.stage(tables[name], rewrites[name], record, files[name], txs.get(name))
         changes = [TableChange(ledger, ledger_tx), *(TableChange(tables[n], staged[n][0]) for n in self.writers)]
         rejected = gating.rejects_change(self.catalog, self.namespace, self.group.name, identity, gate)
         if rejected is not None:  # one more table in the same commit (ordered: before the published tables)

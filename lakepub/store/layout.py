@@ -165,6 +165,16 @@ def ledger_iceberg(ledger: Table, contract: Contract = ORDERS_CONTRACT) -> Schem
     return Schema(*fields)
 
 
+def columns_at(table: Table, snapshot_id: int | None) -> set[str] | None:
+    """The top-level columns of a snapshot's schema (a reader of it sees those: a snapshot from
+    before a contract evolution lacks the columns it added); None if unknown."""
+    snapshot = table.metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
+    if snapshot is None or snapshot.schema_id is None:
+        return None
+    schema = next((s for s in table.metadata.schemas if s.schema_id == snapshot.schema_id), None)
+    return {f.name for f in schema.fields} if schema is not None else None
+
+
 def has_history(ledger: Table) -> bool:
     """Whether the ledger has the ``history`` column (it has been compacted)."""
     return "history" in ledger.schema().column_names
