@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
 from pyiceberg.types import (
@@ -49,6 +50,7 @@ from pyiceberg.types import (
     StructType,
 )
 
+from lakepub.config import EntityGroup
 from lakepub.contract.model import Contract
 from lakepub.errors import ConfigError, DefinitionChanged, IncompatibleContract
 
@@ -61,7 +63,7 @@ CONTRACT_REF_PROPERTY = "lakepub.contract-ref"  # the contract version the ledge
 # --- the contract ------------------------------------------------------------------------------
 
 
-def recorded_ref(ledger: Table, tables: Mapping[str, Table] = {}) -> str | None:
+def recorded_ref(catalog: Catalog, namespace: str, group: EntityGroup, ledger: Table) -> str | None:
     """The contract version the entity's tables were written for: the ledger's
     ``lakepub.contract-ref`` (set by an evolution), else the newest published record's."""
     ref = ledger.metadata.properties.get(CONTRACT_REF_PROPERTY)
@@ -69,10 +71,11 @@ def recorded_ref(ledger: Table, tables: Mapping[str, Table] = {}) -> str | None:
         return ref
     from lakepub.store.record import latest_record
 
-    for table in tables.values():
-        record = latest_record(table)
-        if record is not None and record.contract:
-            return record.contract
+    for name in group.dataset_names:
+        if catalog.table_exists((namespace, name)):
+            record = latest_record(catalog.load_table((namespace, name)))
+            if record is not None and record.contract:
+                return record.contract
     return None
 
 
@@ -316,6 +319,24 @@ def shape_property(contract: Contract) -> dict[str, str]:
     return {CONTRACT_SHAPE_PROPERTY: contract_shape(contract), CONTRACT_REF_PROPERTY: contract.schema_ref}
 
 
+
+
+def begin(contract: Contract, writers: Mapping[str, DatasetWriter], ledger: Table, tables: Mapping[str, Table],
+          rewrites: dict[str, Rewrite]) -> tuple[Transaction | None, dict[str, Transaction]]:
+    """A publish's evolution (``plans``), staged: the ledger's transaction (None if its schema
+    stays) and those of the published tables that evolve, whose ``rewrites`` are ``widen``-ed to
+    every partition. The publish stages its snapshots in these transactions, after the update."""
+    from lakepub.store.write import transaction
+
+    ledger_plan, table_plans = plans(contract, {n: w.spec for n, w in writers.items()}, ledger, tables)
+    ledger_tx = transaction(ledger) if not ledger_plan.empty else None
+    if ledger_tx is not None:
+        stage(ledger_tx, ledger_plan)
+    txs = {name: transaction(tables[name]) for name in table_plans}
+    for name, tx in txs.items():
+        stage(tx, table_plans[name])
+        rewrites[name] = widen(writers[name], tables[name], rewrites[name])
+    return ledger_tx, txs
 
 
 def plans(contract: Contract, specs: Mapping[str, Any], ledger: Table, tables: Mapping[str, Table]

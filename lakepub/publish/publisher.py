@@ -58,7 +58,6 @@ from lakepub.publish.versioning import BatchSide, Change, Shape, prepare_batch, 
 from lakepub.store import audit, key_index
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode
 from lakepub.store.files import FileWriter
-from lakepub.store.write import transaction
 from lakepub.store.layout import ensure_ledger, ledger_arrow, ledger_id, order_keys_version
 from lakepub.store.published import ensure_published
 from lakepub.store.record import COMMIT_ATTEMPTS, PUBLISH_STARTED, Counts, PublishRecord, find_batch, latest_published
@@ -152,17 +151,13 @@ class Publisher:
         ledger = ensure_ledger(catalog, namespace, group.name, group.contract)
         # The ledger's entity is still the contract's, or the contract a compatible evolution of it
         # (publish/evolution.py: the schemas evolve with the next batch's data).
-        check_contract(group.contract, ledger, lambda: evolution.recorded_ref(ledger, self._existing()))
+        check_contract(group.contract, ledger, lambda: evolution.recorded_ref(catalog, namespace, group, ledger))
         self.writers = {spec.name: DatasetWriter(spec) for spec in group.datasets}
         for spec in group.datasets:  # created if new; a definition that changed under it is refused
             self.writers[spec.name].check_definition(ensure_published(catalog, namespace, spec))
         self._lookup = LedgerLookup(lambda: self.con, ledger.location(), use_index=key_index, contract=group.contract)
         self.gate_partitions = gating.partition_columns(group)  # publish gates: publish/gating.py
         gating.ensure_tables(catalog, namespace, group)
-
-    def _existing(self) -> dict[str, Table]:
-        ids = [(self.namespace, name) for name in self.group.dataset_names]
-        return {i[1]: self.catalog.load_table(i) for i in ids if self.catalog.table_exists(i)}
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -393,13 +388,7 @@ class Publisher:
         rewrites: dict[str, Rewrite] = {name: writer.rewrite(tables[name], change)
                                         for name, writer in self.writers.items()}
         # A compatible new contract version: schema updates staged first, in this commit's transactions.
-        ledger_plan, plans = evolution.plans(self.contract, {n: w.spec for n, w in self.writers.items()}, ledger, tables)
-        ledger_tx = transaction(ledger) if not ledger_plan.empty else None
-        evolution.stage(ledger_tx, ledger_plan) if ledger_tx is not None else None
-        txs = {name: transaction(tables[name]) for name in plans}
-        for name, tx in txs.items():
-            evolution.stage(tx, plans[name])
-            rewrites[name] = evolution.widen(self.writers[name], tables[name], rewrites[name])
+        ledger_tx, txs = evolution.begin(self.contract, self.writers, ledger, tables, rewrites)
         # The ledger's new data file, its key-index run and the partitions' files are all written in
         # the background at once (a batch spread over years rewrites ~36 partitions); the ledger
         # file is submitted first, as it is the biggest and the first one waited for.
