@@ -288,3 +288,58 @@ def test_a_ledger_compacted_before_the_evolution_gains_the_field_in_its_history_
         assert v.code == 0, (v.out, v.err)
     rows = {r["customer_id"]: r["referrer"] for r in _query(cli, "SELECT customer_id, referrer FROM customers_all")}
     assert rows == {"c1": "x", "c2": "partner", "c3": None, "c4": "ads"}
+
+
+PICKED = {"name": "customers_picked", "source": "customers", "entity": "customers",
+          "projection": {"kind": "current", "columns": ["plan", "mrr_cents"]}, "partition": "none"}
+
+
+def test_a_listed_column_evolves_only_for_a_new_field(ws_path: Path, cli, ws):
+    landing = _setup(ws_path)
+    _dataset(ws_path, PICKED, "contracts/customers@v1.0")
+    _land(landing, "0001.jsonl", OLD)
+    assert cli("run", "customers_mrr").code == 0
+    before = published_pointers(ws, "customers_picked")
+    # seats is no new field: its published values would be null where the ledger has them.
+    listed = {**PICKED, "projection": {"kind": "current", "columns": ["plan", "mrr_cents", "seats"]}}
+    _dataset(ws_path, listed, "contracts/customers@v1.0")
+    _land(landing, "0002.jsonl", [_event("c9", 1, "FR", "pro", 5)])
+    r = cli("run", "customers_mrr")
+    assert r.code == 2 and "customers_picked.yaml" in r.err and "projection.columns" in r.err, r.err
+    assert published_pointers(ws, "customers_picked") == before
+    # referrer is: v1.1 adds it, and listing it evolves the table with the data.
+    _to_v1_1(ws_path)
+    listed = {**PICKED, "projection": {"kind": "current", "columns": ["plan", "mrr_cents", "referrer"]}}
+    _dataset(ws_path, listed, "contracts/customers@v1.1")
+    _land(landing, "0002.jsonl", [_event("c9", 1, "FR", "pro", 5, referrer="web")])
+    r = cli("run", "customers_mrr")
+    assert r.code == 0, r.err
+    rows = {r["customer_id"]: r["referrer"] for r in _query(cli, "SELECT * FROM customers_picked")}
+    assert rows == {"c1": None, "c2": None, "c3": None, "c9": "web"}
+    assert cli("verify", "customers_picked", "--deep").code == 0
+
+
+def test_ordered_commit_a_crash_between_the_ledger_and_the_table_is_finished_by_the_retry(ws_path: Path, cli,
+                                                                                           cli_process, ws):
+    from tests.conftest import set_commit_mode
+
+    set_commit_mode(ws_path, "ordered")  # one dataset per entity: the ledger commits first, evolved
+    landing = _setup(ws_path)
+    (ws_path / "catalog" / "datasets" / "customers_mrr.yaml").unlink()
+    _land(landing, "0001.jsonl", OLD)
+    assert cli("run", "customers_all").code == 0
+    (ws_path / "catalog" / "contracts" / "customers@v1.1.yaml").write_text(V1_1)
+    _dataset(ws_path, ALL, "contracts/customers@v1.1")
+    _land(landing, "0002.jsonl", NEW)
+    crashed = cli_process("run", "customers_all", env={"LAKEPUB_FAULT": "before-pointer-swap"})
+    assert crashed.code == -9, crashed.err
+    catalog = ws.catalog
+    table = catalog.load_table(("lakepub", "customers_all"))
+    assert "referrer" not in table.schema().column_names  # the published table is untouched
+    assert "referrer" in catalog.load_table(("lakepub", "customers__ledger")).schema().column_names
+    r = cli("run", "customers_all")
+    assert r.code == 0, r.err
+    rows = {r["customer_id"]: (r["referrer"], r["seats"]) for r in _query(cli, "SELECT * FROM customers_all")}
+    assert rows == {"c1": (None, 1), "c2": ("partner", 2), "c3": (None, 3), "c4": ("ads", 3_000_000_000)}
+    v = cli("verify", "customers_all", "--deep")
+    assert v.code == 0, (v.out, v.err)

@@ -58,8 +58,8 @@ class DatasetWriter:
             self._state = published_state.load(table, self.schema, self.spec.partition)
         return self._state
 
-    def check_definition(self, table: Table) -> None:
-        check_definition(self.spec, table)
+    def check_definition(self, table: Table, ledger: Table | None = None) -> None:
+        check_definition(self.spec, table, ledger)
 
     def check_head(self, table: Table, ledger: Table, latest: tuple | None) -> None:
         """Build only on published data (``publish/guards.py``): both tables have lakepub's
@@ -69,7 +69,7 @@ class DatasetWriter:
         checked = (table.metadata_location, ledger.metadata_location)
         if checked != self._checked:  # a metadata file never changes: checked once per version of both
             check_schemas(self.spec, table, ledger)
-            check_definition(self.spec, table)
+            check_definition(self.spec, table, ledger)
             self._checked = checked
         current = table.metadata.current_snapshot_id
         if current is None:

@@ -280,10 +280,12 @@ def evolved(table: Table, tx: Transaction) -> Table:
 # --- the published table -----------------------------------------------------------------------
 
 
-def definition_evolves(recorded: Mapping[str, Any], current: Mapping[str, Any], table: Table) -> bool:
-    """A recorded definition differing from the current one only by columns added to a current-
-    state table (its default column list follows the contract, or a new field was listed): columns
-    that the table never had, appended. Such a definition is evolved with the data."""
+def definition_evolves(recorded: Mapping[str, Any], current: Mapping[str, Any], table: Table, ledger: Table) -> bool:
+    """A recorded definition differing from the current one only by columns appended to a
+    current-state table (its default column list follows the contract, or a new field was
+    listed) that are **new fields**: absent from the ledger snapshot the table was last published
+    from, so every row it holds has them null. Such a definition evolves with the data; a field
+    the ledger already had (its values are not null) needs a rebuild and stays refused."""
     keys = set(recorded) | set(current)
     if any(recorded.get(k) != current.get(k) for k in keys - {"columns"}):
         return False
@@ -292,6 +294,14 @@ def definition_evolves(recorded: Mapping[str, Any], current: Mapping[str, Any], 
         return False
     if [c for c in new if c in old] != old:  # none removed, no reordering
         return False
+    from lakepub.store.layout import columns_at
+    from lakepub.store.record import latest_record
+
+    record = latest_record(table)
+    if record is not None:
+        had = columns_at(ledger, record.ledger_snapshot) if record.ledger_snapshot is not None else set()
+        if had is None or any(c in had for c in new if c not in old):
+            return False
     return not any(_had(s, (c,)) for s in table.metadata.schemas for c in new if c not in old)
 
 

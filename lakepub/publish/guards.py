@@ -63,8 +63,10 @@ def check_contract(contract: Contract, ledger: Table, ref: str | None = None) ->
 ORDERS_SHAPE = contract_shape(ORDERS_CONTRACT)
 
 
-def check_definition(spec: DatasetSpec, table: Table) -> None:
-    """The published table must be what the definition declares."""
+def check_definition(spec: DatasetSpec, table: Table, ledger: Table | None = None) -> None:
+    """The published table must be what the definition declares (or, given the ``ledger``, gain
+    only columns of fields the ledger did not have when the table was last published:
+    ``evolution.definition_evolves``)."""
     published = partition_of(table)
     if published is None:
         raise ForeignChange(
@@ -75,7 +77,7 @@ def check_definition(spec: DatasetSpec, table: Table) -> None:
     recorded = recorded_definition(table)
     if recorded is not None:
         current = definition_of(spec)
-        if evolution.definition_evolves(recorded, current, table):
+        if ledger is not None and evolution.definition_evolves(recorded, current, table, ledger):
             return  # new columns of a current-state table: evolved with the next publish's data
         for key in sorted(set(recorded) | set(current)):
             if recorded.get(key) != current.get(key):

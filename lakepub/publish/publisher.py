@@ -154,7 +154,7 @@ class Publisher:
         check_contract(group.contract, ledger, lambda: evolution.recorded_ref(catalog, namespace, group, ledger))
         self.writers = {spec.name: DatasetWriter(spec) for spec in group.datasets}
         for spec in group.datasets:  # created if new; a definition that changed under it is refused
-            self.writers[spec.name].check_definition(ensure_published(catalog, namespace, spec))
+            self.writers[spec.name].check_definition(ensure_published(catalog, namespace, spec), ledger)
         self._lookup = LedgerLookup(lambda: self.con, ledger.location(), use_index=key_index, contract=group.contract)
         self.gate_partitions = gating.partition_columns(group)  # publish gates: publish/gating.py
         gating.ensure_tables(catalog, namespace, group)
