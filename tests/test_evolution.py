@@ -343,3 +343,36 @@ def test_ordered_commit_a_crash_between_the_ledger_and_the_table_is_finished_by_
     assert rows == {"c1": (None, 1), "c2": ("partner", 2), "c3": (None, 3), "c4": ("ads", 3_000_000_000)}
     v = cli("verify", "customers_all", "--deep")
     assert v.code == 0, (v.out, v.err)
+
+
+def test_two_writers_racing_to_evolve_evolve_once_and_both_publish(ws_path: Path, cli, monkeypatch):
+    """Two publishers of different sources, both under v1.1: the second commits in the middle of
+    the first's commit (after it staged its evolution); the first loses the race on the schema it
+    planned on, reloads, finds the tables evolved and publishes its batch on top."""
+    from lakepub.publish import publisher as publisher_module
+    from lakepub.workspace import Workspace
+
+    _published(ws_path, cli)
+    _to_v1_1(ws_path)
+    before = _state(ws_path)
+    first, second = Workspace.open(ws_path), Workspace.open(ws_path)
+    real, calls = publisher_module.commit_atomically, []
+
+    def racing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:  # the other writer commits first (its own commit is call 2)
+            second.publish("customers_mrr", [_event("c8", 1, "US", "basic", 8, referrer="b")], source="other",
+                           start={}, end={"p0": 1})
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(publisher_module, "commit_atomically", racing)
+    result = first.publish("customers_mrr", NEW, start={"p0": len(OLD)}, end={"p0": len(OLD) + len(NEW)})
+    monkeypatch.setattr(publisher_module, "commit_atomically", real)
+    assert result.status == "published" and result.attempts == 2 and len(calls) == 3
+    after = _state(ws_path)
+    for name in ("customers_all", "customers__ledger"):
+        assert after[name][3] == before[name][3] + 1 and after[name][0] == before[name][0] + 2  # evolved once
+    rows = {r["customer_id"]: r["referrer"] for r in _query(cli, "SELECT customer_id, referrer FROM customers_all")}
+    assert rows == {"c1": None, "c2": "partner", "c3": None, "c4": "ads", "c8": "b"}
+    for name in DATASETS:
+        assert cli("verify", name, "--deep").code == 0
