@@ -376,3 +376,24 @@ def test_two_writers_racing_to_evolve_evolve_once_and_both_publish(ws_path: Path
     assert rows == {"c1": None, "c2": "partner", "c3": None, "c4": "ads", "c8": "b"}
     for name in DATASETS:
         assert cli("verify", name, "--deep").code == 0
+
+
+def test_compaction_waits_for_the_evolution_to_arrive_with_data(ws_path: Path, cli, ws):
+    landing = _setup(ws_path)
+    _land(landing, "0001.jsonl", OLD + [_event("c1", 2, "FR", "pro", 1100)])
+    assert cli("run", "customers_mrr").code == 0
+    _to_v1_1(ws_path)
+    before = {d: published_pointers(ws, d) for d in DATASETS}
+    for name in DATASETS:  # verify reads the tables as published, before the evolution
+        v = cli("verify", name, "--deep")
+        assert v.code == 0, (v.out, v.err)
+    r = cli("compact", "customers_mrr")
+    assert r.code == 3 and "customers@v1.1 is not applied to the tables yet" in r.err, r.err
+    assert "add referrer" in r.err and "promote seats to long" in r.err
+    assert {d: published_pointers(ws, d) for d in DATASETS} == before
+    _land(landing, "0002.jsonl", NEW)
+    assert cli("run", "customers_mrr").code == 0
+    r = cli("compact", "customers_mrr")
+    assert r.code == 0, r.err
+    for name in DATASETS:
+        assert cli("verify", name, "--deep").code == 0

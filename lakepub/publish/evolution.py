@@ -52,7 +52,7 @@ from pyiceberg.types import (
 
 from lakepub.config import EntityGroup
 from lakepub.contract.model import Contract
-from lakepub.errors import ConfigError, DefinitionChanged, IncompatibleContract
+from lakepub.errors import BlockedError, ConfigError, DefinitionChanged, IncompatibleContract
 
 if TYPE_CHECKING:
     from lakepub.publish.datasets import DatasetWriter, Rewrite
@@ -347,6 +347,19 @@ def begin(contract: Contract, writers: Mapping[str, DatasetWriter], ledger: Tabl
         stage(tx, table_plans[name])
         rewrites[name] = widen(writers[name], tables[name], rewrites[name])
     return ledger_tx, txs
+
+
+def refuse_pending(contract: Contract, writers: Mapping[str, DatasetWriter], ledger: Table,
+                   tables: Mapping[str, Table], what: str) -> None:
+    """Refuse (exit 3) ``what`` (a maintenance job that rewrites the ledger with the contract's
+    columns) while an evolution waits for its first batch: it is applied only with data."""
+    ledger_plan, table_plans = plans(contract, {n: w.spec for n, w in writers.items()}, ledger, tables)
+    todo = [p for p in (ledger_plan, *table_plans.values()) if p.evolves]
+    if todo:
+        raise BlockedError(
+            f"contract {contract.schema_ref} is not applied to the tables yet ({'; '.join(f'{p.table}: {p.describe()}' for p in todo)}); "
+            f"{what} works on the published schema and changed nothing: publish a batch under the new version first "
+            "(the evolution is applied with its data), or run it with the datasets on the published contract")
 
 
 def plans(contract: Contract, specs: Mapping[str, Any], ledger: Table, tables: Mapping[str, Table]

@@ -22,7 +22,7 @@ import json
 
 from collections import defaultdict
 from datetime import datetime, timezone
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import pyarrow as pa
 from pyiceberg.manifest import DataFile
@@ -47,7 +47,7 @@ _ADVICE = ("nothing was published; set it back, or publish the new definition as
            "(a definition change applies to a rebuild, not to published partitions)")
 
 
-def check_contract(contract: Contract, ledger: Table, ref: str | None = None) -> bool:
+def check_contract(contract: Contract, ledger: Table, ref: str | Callable[[], str | None] | None = None) -> bool:
     """The ledger was written for this contract's shape (roles and field types), or the contract
     is a compatible evolution of that one (``publish/evolution.py``: True, the schemas evolve with
     the next publish's data); an incompatible one is refused (``IncompatibleContract``, exit 3)
