@@ -397,3 +397,53 @@ def test_compaction_waits_for_the_evolution_to_arrive_with_data(ws_path: Path, c
     assert r.code == 0, r.err
     for name in DATASETS:
         assert cli("verify", name, "--deep").code == 0
+
+
+NUMBERS = """
+name: meters
+version: "1.0"
+entity: {key: [meter_id], version: version}
+fields:
+  meter_id: string
+  version: long
+  site: string
+  reading: {type: float, nullable: true}
+  price: {type: "decimal(10,2)", nullable: true}
+"""
+
+
+def test_float_to_double_and_decimal_precision_rewrite_every_partition_so_verify_holds(ws_path: Path, cli):
+    """A float rendered as a double is another text (0.1f is 0.10000000149011612): a partition the
+    evolving batch does not touch still gets rewritten and re-checksummed, or verify would fail."""
+    (ws_path / "catalog" / "contracts" / "meters@v1.0.yaml").write_text(NUMBERS)
+    table = {"name": "meters_now", "source": "meters", "entity": "meters", "projection": {"kind": "current"},
+             "partition": "identity(site)"}
+    _dataset(ws_path, table, "contracts/meters@v1.0")
+    landing = ws_path / "landing" / "meters" / "p0"
+    landing.mkdir(parents=True)
+    _land(landing, "0001.jsonl", [{"meter_id": "m1", "version": 1, "site": "a", "reading": 0.1, "price": "12.30"},
+                                  {"meter_id": "m2", "version": 1, "site": "b", "reading": 2.5, "price": "1.05"}])
+    assert cli("run", "meters_now").code == 0
+    (ws_path / "catalog" / "contracts" / "meters@v1.1.yaml").write_text(
+        NUMBERS.replace('version: "1.0"', 'version: "1.1"').replace("type: float", "type: double")
+        .replace("decimal(10,2)", "decimal(12,2)"))
+    _dataset(ws_path, table, "contracts/meters@v1.1")
+    _land(landing, "0002.jsonl", [{"meter_id": "m3", "version": 1, "site": "b", "reading": 0.1,
+                                   "price": "1234567890.12"}])  # site a is not touched
+    r = cli("run", "meters_now", "--format", "json")
+    assert r.code == 0, r.err
+    t = _tables_of(ws_path, "meters_now")
+    assert [str(t.schema().find_field(n).field_type) for n in ("reading", "price")] == ["double", "decimal(12, 2)"]
+    [log] = cli("log", "meters_now", "--limit", "1", "--format", "json").json()
+    assert log["partitions"] == ["a", "b"]  # both rewritten
+    v = cli("verify", "meters_now", "--deep")
+    assert v.code == 0, (v.out, v.err)
+    rows = {r["meter_id"]: (r["reading"], r["price"]) for r in _query(cli, "SELECT meter_id, reading, CAST(price AS VARCHAR) AS price FROM meters_now")}
+    assert rows["m3"] == (0.1, "1234567890.12") and abs(rows["m1"][0] - 0.1) < 1e-7 and rows["m1"][1] == "12.30"
+
+
+def _tables_of(ws_path: Path, name: str):
+    from lakepub.workspace import Workspace
+
+    ws = Workspace.open(ws_path)
+    return ws.catalog.load_table((ws.config.namespace, name))

@@ -33,6 +33,11 @@ A published table whose schema evolves gets **every** partition rewritten by tha
 differently, so untouched partitions would no longer match their recorded checksums. One full
 rewrite of the published table per evolution; the ledger (append-only) keeps its old files,
 read with nulls for the new column by Iceberg's field-id resolution (DuckDB, pyiceberg).
+Measured (``scripts/bench/evolution.py``, 100k live customers, loaded 2-core machine, minimums):
+a 20-event batch touching ~17 of 64 buckets publishes in 0.31 s, the evolving one (64 rewritten)
+in 0.47 s; a batch touching every partition anyway costs the same evolving or not (0.44/0.48 s).
+Without a pending evolution a publish pays one JSON comparison of the contract's shape per
+publisher and one schema comparison per table version (``plan``, cached by the guards).
 """
 
 from __future__ import annotations
