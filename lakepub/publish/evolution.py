@@ -38,7 +38,7 @@ a 20-event batch touching ~17 of 64 buckets publishes in 0.31 s, the evolving on
 in 0.47 s; a batch touching every partition anyway costs the same evolving or not (0.44/0.48 s).
 Without a pending evolution a publish pays one JSON comparison of the contract's shape per
 publisher, and ``plans`` (~0.9-1.3 ms for orders_daily) once per contract and schema of the
-tables (``begin`` remembers those that need nothing: ~5 us after; the guards' ``plan`` runs
+tables (``begin`` remembers those that need nothing: ~5-20 us after; the guards' ``plan`` runs
 once per metadata version, like their other schema checks).
 """
 
@@ -346,8 +346,11 @@ def begin(contract: Contract, writers: Mapping[str, DatasetWriter], ledger: Tabl
     every partition. The publish stages its snapshots in these transactions, after the update."""
     from lakepub.store.write import transaction
 
+    from lakepub.store.published import definition_of
+
     key = (contract.sha256, *((str(t.metadata.table_uuid), t.metadata.current_schema_id)
-                              for t in (ledger, *(tables[n] for n in writers))))
+                              for t in (ledger, *(tables[n] for n in writers))),
+           *(json.dumps(definition_of(w.spec), sort_keys=True) for w in writers.values()))
     if key in _SETTLED:  # a table's schema id names one immutable schema: settled once, settled for good
         return None, {}
     ledger_plan, table_plans = plans(contract, {n: w.spec for n, w in writers.items()}, ledger, tables)
