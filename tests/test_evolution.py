@@ -112,11 +112,16 @@ def _published(ws_path: Path, cli) -> None:
     assert r.code == 0, r.err
 
 
-@pytest.mark.parametrize("index", [True, False], ids=["key-index", "duckdb-join"])
-def test_a_compatible_version_evolves_every_table_in_the_commit_of_its_first_data(ws_path: Path, cli, index):
-    if not index:  # the ledger is looked up by a DuckDB join of snapshots from before the evolution
+@pytest.mark.parametrize("variant", ["key-index", "duckdb-join", pytest.param("postgres", marks=pytest.mark.integration)])
+def test_a_compatible_version_evolves_every_table_in_the_commit_of_its_first_data(ws_path: Path, cli, variant,
+                                                                                   request):
+    if variant == "duckdb-join":  # the ledger is looked up by a DuckDB join of snapshots from before the evolution
         config = ws_path / "lakepub.yaml"
         config.write_text(config.read_text().replace("key_index: true", "key_index: false"))
+    if variant == "postgres":  # the same multi-table commit on a PostgreSQL catalog
+        from tests.conftest import set_catalog
+
+        set_catalog(ws_path, type="sql", uri=request.getfixturevalue("pg_url"), warehouse=".lakepub/warehouse")
     _published(ws_path, cli)
     _to_v1_1(ws_path)
     before = _state(ws_path)
