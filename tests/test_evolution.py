@@ -171,6 +171,11 @@ def test_a_compatible_version_evolves_every_table_in_the_commit_of_its_first_dat
     for name in DATASETS:
         v = cli("verify", name, "--deep")
         assert v.code == 0, (v.out, v.err)
+    d = cli("diff", "customers_all", str(before["customers_all"][1]), "current", "--format", "json")
+    assert d.code == 0, d.err  # the snapshot before the evolution reads with the new column null
+    groups = {g["group"]["customer_id"]: g for g in d.json()["groups"]}
+    assert set(groups) == {"c2", "c4"} and groups["c4"]["status"] == "added"
+    assert groups["c2"]["a"]["referrer"] is None and "referrer" in groups["c2"]["changed"]
 
     # Publishing goes on over the key index's old runs (they lack referrer, seats is int there),
     # and compaction merges them.

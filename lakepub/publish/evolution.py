@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table, Transaction
@@ -311,6 +312,15 @@ def definition_evolves(recorded: Mapping[str, Any], current: Mapping[str, Any], 
         if had is None or any(c in had for c in new if c not in old):
             return False
     return not any(_had(s, (c,)) for s in table.metadata.schemas for c in new if c not in old)
+
+
+def as_schema(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Rows read from a snapshot written before an evolution, in the current ``schema``: a column
+    it lacks is null (a new field), the others cast (a promotion)."""
+    for f in schema:
+        if f.name not in rows.column_names:
+            rows = rows.append_column(f.name, pa.nulls(rows.num_rows, f.type))
+    return rows.select(schema.names).cast(schema)
 
 
 def widen(writer: DatasetWriter, table: Table, rewrite: Rewrite) -> Rewrite:
