@@ -25,6 +25,7 @@ __version__ = "0.1.0"
 _ERRORS = (
     "LakepubError", "UserError", "ConfigError", "InvalidEvent", "InvalidPosition", "QueryError", "UnknownDataset",
     "DefinitionChanged", "SumOverflow", "BlockedError", "PayloadConflict", "StaleStart", "ForeignChange", "GateRefused",
+    "IncompatibleContract",
     "RetryableError", "CommitContention", "CatalogBusy", "DiskFull", "OutcomeUnknown", "VerifyFailed",
     "CorruptTable",
 )

@@ -187,6 +187,18 @@ class ForeignChange(BlockedError):
     (or its partitioning): building on it would publish data lakepub cannot vouch for."""
 
 
+class IncompatibleContract(BlockedError):
+    """A dataset names a contract version that is not a compatible evolution of the one its
+    published tables were written for (``publish/evolution.py``): the file is valid, the published
+    tables cannot take it; a breaking version is published as a new dataset beside the old one."""
+
+    detail_fields = ("file", "key")
+
+    def __init__(self, message: str, *, file: str | None = None, key: str | None = None):
+        super().__init__(message)
+        self.file, self.key = file, key
+
+
 # --- failed, safe to retry (exit 4) ---------------------------------------------------------
 
 

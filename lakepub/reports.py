@@ -23,7 +23,7 @@ from lakepub.contract.orders import ORDERS_CONTRACT
 from lakepub.publish.guards import describe, partition_count_mismatches, partition_mismatches
 from lakepub.projection.partitioning import PartitionBy
 from lakepub.publish.states import live_states
-from lakepub.store.layout import has_history, ledger_id
+from lakepub.store.layout import columns_at, has_history, ledger_id
 from lakepub.store.published import partition_of
 from lakepub.store.record import Counts, foreign_head, latest_published, latest_record, published_history, recorded_checksums
 
@@ -239,6 +239,9 @@ def _deep_check(ws: Workspace, spec, con, rows: pa.Table) -> list[str]:
     snapshot_id = _published_ledger_snapshot(ws, spec.name, ledger)
     check_scannable(ledger, snapshot_id) if snapshot_id is not None else None
     want = spec.kind.build(live_states(con, ledger, snapshot_id, spec.contract))
+    for f in want.schema:  # a column a compatible contract adds before its first publish: null until then
+        if f.name not in rows.column_names:
+            rows = rows.append_column(f.name, pa.nulls(rows.num_rows, f.type))
     have = rows.select(want.column_names).cast(want.schema) if rows.num_rows else want.slice(0, 0)
     want_rows, have_rows = _multiset(want), _multiset(have)
     diffs = [f"row {r}: published {have_rows.get(r, 0)} time(s) but the ledger gives {want_rows.get(r, 0)}"
@@ -288,16 +291,22 @@ def _index_check(con, ledger, snapshot_id: int, contract: Contract = ORDERS_CONT
     except OSError as exc:
         return [f"ledger key index: a run is unreadable ({' '.join(str(exc).split())}); publishes scan the "
                 f"ledger instead until `lakepub compact` writes a complete index"]
-    con.register("lp_index", pa.Table.from_batches(batches, schema=schema))
+    con.register("lp_index", pa.concat_tables([key_index.conform(pa.Table.from_batches([b]), schema) for b in batches])
+                 if batches else schema.empty_table())  # runs from before an evolution lack its columns
     try:
         state = [duck.name(n) for n in contract.state_names]
         version = duck.name(contract.entity.version)
         index = (f"SELECT k1, version, {', '.join(state)}, k2::BIGINT & 4294967295, "
                  "CASE WHEN compacted THEN version END FROM lp_index")
         scan = _scan(ledger, snapshot_id, checked=True)
-        rows = f"SELECT k1, {version}::BIGINT, {', '.join(state)}, k2 & 4294967295, floor FROM {scan}"
+        # A snapshot from before a contract evolution lacks the fields it added: null, as the index reads them.
+        present, in_history = columns_at(ledger, snapshot_id), columns_at(ledger, snapshot_id, "history")
+        names = contract.state_names
+        cols = [duck.name(n) if present is None or n in present else f"NULL AS {duck.name(n)}" for n in names]
+        hist = [f"h.{duck.name(n)}" if in_history is None or n in in_history else "NULL" for n in names]
+        rows = f"SELECT k1, {version}::BIGINT, {', '.join(cols)}, k2 & 4294967295, floor FROM {scan}"
         if has_history(ledger):  # versions compaction dropped are index rows of their own
-            rows = (f"SELECT * FROM ({rows} UNION ALL SELECT k1, h.version, {', '.join(f'h.{n}' for n in state)}, "
+            rows = (f"SELECT * FROM ({rows} UNION ALL SELECT k1, h.version, {', '.join(hist)}, "
                     f"k2 & 4294967295, NULL::BIGINT FROM (SELECT k1, k2, unnest(history) AS h FROM {scan}))")
         extra, missing = con.execute(f"""
             SELECT (SELECT count(*) FROM ({index} EXCEPT ALL {rows})),

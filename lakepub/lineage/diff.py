@@ -81,6 +81,7 @@ def diff(ws, dataset: str, a: str, b: str) -> Diff:
     """The differences between snapshots ``a`` and ``b`` of ``dataset``'s published table."""
 
     from lakepub import duck
+    from lakepub.publish.evolution import as_schema
     from lakepub.store.integrity import check_scannable
 
     spec = ws.dataset(dataset)
@@ -102,7 +103,7 @@ def diff(ws, dataset: str, a: str, b: str) -> Diff:
         for side, snapshot_id in zip("ab", ids):
             check_scannable(table, snapshot_id)
             rows = con.execute(f"SELECT * FROM {duck.scan_sql(table.metadata_location, snapshot_id)}").to_arrow_table()
-            rows = rows.select(schema.names).cast(schema) if rows.num_rows else schema.empty_table()
+            rows = as_schema(rows, schema) if rows.num_rows else schema.empty_table()  # also from before an evolution
             con.register(f"lp_diff_{side}", rows.append_column("_partition", sources.partition_labels(partition, rows)))
         q = duck.name
         on = " AND ".join(f"a.{q(c)} IS NOT DISTINCT FROM b.{q(c)}" for c in group_by) or "true"

@@ -39,6 +39,7 @@ from pyiceberg.table import Table
 
 from lakepub import duck
 from lakepub.contract.model import Contract
+from lakepub.publish import evolution
 from lakepub.contract.orders import ORDERS_CONTRACT
 from lakepub.errors import CommitContention, ConfigError, UserError
 from lakepub.identity import fingerprint
@@ -112,6 +113,7 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
     publisher.catch_up()  # every dataset of the entity names the compacted ledger, so each must exist
     for attempt in range(1, max_attempts + 1):
         ledger, tables, latest = publisher.load()
+        evolution.refuse_pending(contract, publisher.writers, ledger, tables, "compaction")
         checkpoint = publisher.checkpoint(ledger, latest)
         record = checkpoint[1] if checkpoint else None
         base = record.ledger_snapshot if record else None

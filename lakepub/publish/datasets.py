@@ -58,8 +58,8 @@ class DatasetWriter:
             self._state = published_state.load(table, self.schema, self.spec.partition)
         return self._state
 
-    def check_definition(self, table: Table) -> None:
-        check_definition(self.spec, table)
+    def check_definition(self, table: Table, ledger: Table | None = None) -> None:
+        check_definition(self.spec, table, ledger)
 
     def check_head(self, table: Table, ledger: Table, latest: tuple | None) -> None:
         """Build only on published data (``publish/guards.py``): both tables have lakepub's
@@ -69,7 +69,7 @@ class DatasetWriter:
         checked = (table.metadata_location, ledger.metadata_location)
         if checked != self._checked:  # a metadata file never changes: checked once per version of both
             check_schemas(self.spec, table, ledger)
-            check_definition(self.spec, table)
+            check_definition(self.spec, table, ledger)
             self._checked = checked
         current = table.metadata.current_snapshot_id
         if current is None:
@@ -114,10 +114,12 @@ class DatasetWriter:
         return submit_partitions(table, {v: r for v, r in rewrite.rows.items() if r.num_rows}) if rewrite.values else []
 
     def stage(self, table: Table, rewrite: Rewrite, record: PublishRecord,
-              files: list[Future[DataFile]] | None = None) -> tuple[Transaction, list[DataFile]]:
+              files: list[Future[DataFile]] | None = None,
+              tx: Transaction | None = None) -> tuple[Transaction, list[DataFile]]:
         """A transaction replacing the rewritten partitions, its snapshot carrying ``record``;
-        ``files``: what ``write_files`` started for this rewrite (else they are written now)."""
-        tx = transaction(table)
+        ``files``: what ``write_files`` started for this rewrite (else they are written now);
+        ``tx``: one holding a schema evolution already (``publish/evolution.py``)."""
+        tx = tx if tx is not None else transaction(table)
         props = record.to_properties()
         if rewrite.values:
             parts = files if files is not None else {v: r for v, r in rewrite.rows.items() if r.num_rows}

@@ -22,7 +22,7 @@ import json
 
 from collections import defaultdict
 from datetime import datetime, timezone
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import pyarrow as pa
 from pyiceberg.manifest import DataFile
@@ -35,6 +35,7 @@ from lakepub.errors import DefinitionChanged, ForeignChange
 from lakepub.identity import checksum_matches
 from lakepub.projection.checksum import partition_checksum
 from lakepub.projection.partitioning import PartitionBy
+from lakepub.publish import evolution
 from lakepub.publish.published_state import split
 from lakepub.contract.model import Contract
 from lakepub.contract.orders import ORDERS_CONTRACT
@@ -46,34 +47,26 @@ _ADVICE = ("nothing was published; set it back, or publish the new definition as
            "(a definition change applies to a rebuild, not to published partitions)")
 
 
-def check_contract(contract: Contract, ledger: Table) -> None:
-    """The ledger was written for this contract's shape (roles and field types); a contract
-    edited under published data is refused (exit 2), naming the contract file and the key."""
+def check_contract(contract: Contract, ledger: Table, ref: str | Callable[[], str | None] | None = None) -> bool:
+    """The ledger was written for this contract's shape (roles and field types), or the contract
+    is a compatible evolution of that one (``publish/evolution.py``: True, the schemas evolve with
+    the next publish's data); an incompatible one is refused (``IncompatibleContract``, exit 3)
+    naming the contract file, the key and the finding. ``ref``: the published contract version."""
     text = ledger.metadata.properties.get(CONTRACT_SHAPE_PROPERTY)
     if text is None:
         if contract.is_orders_v1 or not ledger.metadata.current_snapshot_id:
-            return  # ledgers from before the property are orders ledgers
+            return False  # ledgers from before the property are orders ledgers
         text = ORDERS_SHAPE
-    recorded, current = json.loads(text), json.loads(contract_shape(contract))
-    advice = ("nothing was published; a published entity's contract cannot change its roles or fields yet: "
-              "declare the new version as another contract with its own entity (evolution arrives with "
-              "the contracts issue), or set it back")
-    where = contract.path or contract.schema_ref
-    for role in ("key", "version", "deleted"):
-        if recorded.get(role) != current.get(role):
-            raise DefinitionChanged(where, f"entity.{role}", recorded.get(role), current.get(role), advice)
-    old, new = recorded.get("fields", {}), current.get("fields", {})
-    for name in list(old) + [n for n in new if n not in old]:
-        if old.get(name) != new.get(name):
-            key = f"fields.{name}" + (".type" if name in old and name in new else "")
-            raise DefinitionChanged(where, key, old.get(name, "(absent)"), new.get(name, "(absent)"), advice)
+    return evolution.check_contract(contract, json.loads(text), json.loads(contract_shape(contract)), ref)
 
 
 ORDERS_SHAPE = contract_shape(ORDERS_CONTRACT)
 
 
-def check_definition(spec: DatasetSpec, table: Table) -> None:
-    """The published table must be what the definition declares."""
+def check_definition(spec: DatasetSpec, table: Table, ledger: Table | None = None) -> None:
+    """The published table must be what the definition declares (or, given the ``ledger``, gain
+    only columns of fields the ledger did not have when the table was last published:
+    ``evolution.definition_evolves``)."""
     published = partition_of(table)
     if published is None:
         raise ForeignChange(
@@ -84,6 +77,8 @@ def check_definition(spec: DatasetSpec, table: Table) -> None:
     recorded = recorded_definition(table)
     if recorded is not None:
         current = definition_of(spec)
+        if ledger is not None and evolution.definition_evolves(recorded, current, table, ledger):
+            return  # new columns of a current-state table: evolved with the next publish's data
         for key in sorted(set(recorded) | set(current)):
             if recorded.get(key) != current.get(key):
                 where = key if key in ("partition", "entity") else f"projection.{key}"
@@ -97,10 +92,12 @@ def check_definition(spec: DatasetSpec, table: Table) -> None:
 
 def check_schemas(spec: DatasetSpec, summary: Table, ledger: Table) -> None:
     """Refuse (``ForeignChange``) unless both tables have the columns lakepub writes, with its
-    types (a schema change makes no snapshot: checked on every publish)."""
-    expected_summary = {f.name: _shape(f.field_type) for f in published_schema(spec).fields}
-    expected_ledger = {f.name: _shape(f.field_type) for f in ledger_iceberg(ledger, spec.contract).fields}
-    for table, expected in ((summary, expected_summary), (ledger, expected_ledger)):
+    types (a schema change makes no snapshot: checked on every publish), or lack only what a
+    compatible new contract version adds or promotes (``evolution.plan``: staged by the publish)."""
+    for table, schema in ((summary, published_schema(spec)), (ledger, ledger_iceberg(ledger, spec.contract))):
+        if not evolution.plan(table, schema).problems:
+            continue  # lakepub's columns, or a compatible contract's new columns and promotions to come
+        expected = {f.name: _shape(f.field_type) for f in schema.fields}
         actual = {f.name: _shape(f.field_type) for f in table.schema().fields}
         extra = [n for n in actual if n not in expected]
         missing = [n for n in expected if n not in actual]

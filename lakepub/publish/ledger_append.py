@@ -20,10 +20,11 @@ from lakepub.store.write import append_files, transaction
 
 
 def stage_ledger(ledger: Table, base: int | None, data_file: list[Future[DataFile]], batch_id: str,
-                  runs: list[key_index.Run] | None) -> Transaction:
+                  runs: list[key_index.Run] | None, tx: Transaction | None = None) -> Transaction:
     """A transaction appending the batch's ledger file (once written) on top of snapshot ``base``;
-    its summary names the key-index ``runs`` that hold all its rows (if any)."""
-    tx = transaction(ledger)
+    its summary names the key-index ``runs`` that hold all its rows (if any). ``tx``: one holding
+    a schema evolution already (``publish/evolution.py``), the append staged after it."""
+    tx = tx if tx is not None else transaction(ledger)
     reset_main(tx, base)  # drops an unpublished append left on the ledger's main
     props = {"lakepub.batch-id": batch_id}
     if runs is not None:

@@ -32,7 +32,7 @@ from lakepub.keys import ORDER_KEYS_VERSION, entity_keys
 from lakepub.publish.versioning import BatchSide
 from lakepub.store import key_index
 from lakepub.store.key_index import KeyIndex, Run
-from lakepub.store.layout import has_history, has_order_keys, order_keys_version
+from lakepub.store.layout import columns_at, has_history, has_order_keys, order_keys_version
 
 if TYPE_CHECKING:  # a publish on the key-index path never opens DuckDB: imported on use
     import duckdb
@@ -105,7 +105,8 @@ class LedgerLookup:
             except OSError as exc:  # a run deleted by hand: the ledger itself is still whole
                 _unreadable(exc, "this publish scans the ledger instead")
         return scan_rows(self._con(), duck.scan_sql(ledger.metadata_location, snapshot_id), entities,
-                         keyed=has_order_keys(ledger), keys=keys, history=has_history(ledger), contract=self.contract)
+                         keyed=has_order_keys(ledger), keys=keys, history=has_history(ledger), contract=self.contract,
+                         present=columns_at(ledger, snapshot_id))
 
     def submit_runs_after(self, ledger: Table, base_snapshot_id: int | None, new_rows: pa.Table
                           ) -> Future[list[Run] | None]:
@@ -135,7 +136,7 @@ def _unreadable(exc: OSError, consequence: str) -> None:
 
 def scan_rows(con: duckdb.DuckDBPyConnection, ledger_sql: str, side: BatchSide | Entities, *, keyed: bool,
               keys: tuple[np.ndarray, np.ndarray] | None = None, history: bool = False,
-              contract: Contract = ORDERS_CONTRACT) -> Found:
+              contract: Contract = ORDERS_CONTRACT, present: set[str] | None = None) -> Found:
     """The ledger rows of the batch's entities by one DuckDB join with the ledger read by the SQL
     table expression ``ledger_sql``.
 
@@ -144,7 +145,8 @@ def scan_rows(con: duckdb.DuckDBPyConnection, ledger_sql: str, side: BatchSide |
     the current one), else on the contract's key fields. The join returns the entity's position
     rather than its key: no strings are materialised. With ``history`` (a compacted ledger), each
     found row's history entries (versions compaction dropped) are returned as rows too, without
-    a floor.
+    a floor. ``present``: the columns of the snapshot read (one from before a contract evolution
+    lacks the fields it added: read as null).
     """
     entities = Entities.of(side, contract)
     payload = key_index.payload_schema(key_index.index_schema(contract))
@@ -160,7 +162,8 @@ def scan_rows(con: duckdb.DuckDBPyConnection, ledger_sql: str, side: BatchSide |
     version = f"l.{duck.name(contract.entity.version)}"
     if contract.entity.version != "version" or contract.field(contract.entity.version).type.name != "long":
         version = f"CAST({version} AS BIGINT) AS version"
-    columns = ", ".join([version, *(f"l.{duck.name(n)}" for n in state), "l.floor", *(["l.history"] if history else [])])
+    columns = ", ".join([version, *(f"l.{duck.name(n)}" if present is None or n in present else f"NULL AS {duck.name(n)}"
+                                    for n in state), "l.floor", *(["l.history"] if history else [])])
     con.register("lp_orders", probe)
     try:
         table = con.execute(f"""
@@ -174,7 +177,9 @@ def scan_rows(con: duckdb.DuckDBPyConnection, ledger_sql: str, side: BatchSide |
         entries = pc.list_flatten(lists)
         if len(entries):
             parents = pc.list_parent_indices(lists).to_numpy()
-            dropped = pa.table([entries.field(n) for n in ("version", *state)]
+            names = {entries.type.field(i).name for i in range(entries.type.num_fields)}
+            dropped = pa.table([entries.field(n).cast(payload.field(n).type) if n in names
+                                else pa.nulls(len(entries), payload.field(n).type) for n in ("version", *state)]
                                + [pa.nulls(len(entries), pa.int64())], schema=payload)
             found, at = pa.concat_tables([found, dropped]), np.concatenate([at, at[parents]])
     return found, at

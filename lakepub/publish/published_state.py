@@ -77,6 +77,9 @@ def load(table: Table, schema: pa.Schema, partition: PartitionBy) -> PublishedSt
     scan = table.scan(snapshot_id=snapshot_id)
     tasks = list(scan.plan_files())
     arrow = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter).to_table(tasks)
+    for name in schema.names:  # a column a compatible contract adds, before the publish that evolves the table
+        if name not in arrow.column_names:
+            arrow = arrow.append_column(name, pa.nulls(arrow.num_rows, schema.field(name).type))
     arrow = arrow.select(schema.names).cast(schema)
     files: dict[Any, list[DataFile]] = {}
     for task in tasks:

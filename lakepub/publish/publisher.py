@@ -47,7 +47,7 @@ from lakepub.errors import (
 from lakepub.faults import fault_point
 from lakepub.identity import BatchIdentity, canonical, events_digest, fingerprint
 from lakepub.positions import Vector
-from lakepub.publish import gating
+from lakepub.publish import evolution, gating
 from lakepub.publish.datasets import DatasetWriter, Rewrite
 from lakepub.publish.guards import check_contract
 from lakepub.publish.ledger_append import ledger_rows, stage_ledger
@@ -149,10 +149,12 @@ class Publisher:
                               "so that they never disagree: set commit: atomic (or auto) with a SQL catalog, or give "
                               "each dataset its own entity")
         ledger = ensure_ledger(catalog, namespace, group.name, group.contract)
-        check_contract(group.contract, ledger)  # the ledger's entity is still the contract's
+        # The ledger's entity is still the contract's, or the contract a compatible evolution of it
+        # (publish/evolution.py: the schemas evolve with the next batch's data).
+        check_contract(group.contract, ledger, lambda: evolution.recorded_ref(catalog, namespace, group, ledger))
         self.writers = {spec.name: DatasetWriter(spec) for spec in group.datasets}
         for spec in group.datasets:  # created if new; a definition that changed under it is refused
-            self.writers[spec.name].check_definition(ensure_published(catalog, namespace, spec))
+            self.writers[spec.name].check_definition(ensure_published(catalog, namespace, spec), ledger)
         self._lookup = LedgerLookup(lambda: self.con, ledger.location(), use_index=key_index, contract=group.contract)
         self.gate_partitions = gating.partition_columns(group)  # publish gates: publish/gating.py
         gating.ensure_tables(catalog, namespace, group)
@@ -385,6 +387,8 @@ class Publisher:
         # Every dataset's new partitions first: a refusal (a sum out of range) writes nothing.
         rewrites: dict[str, Rewrite] = {name: writer.rewrite(tables[name], change)
                                         for name, writer in self.writers.items()}
+        # A compatible new contract version: schema updates staged first, in this commit's transactions.
+        ledger_tx, txs = evolution.begin(self.contract, self.writers, ledger, tables, rewrites)
         # The ledger's new data file, its key-index run and the partitions' files are all written in
         # the background at once (a batch spread over years rewrites ~36 partitions); the ledger
         # file is submitted first, as it is the biggest and the first one waited for.
@@ -393,15 +397,16 @@ class Publisher:
         if change.new_ledger_rows.num_rows:
             rows = ledger_rows(change.new_ledger_rows, identity.batch_id, ledger_arrow(ledger, self.contract))
             plain = (*self.shape.key, "k1", "k2")
-            ledger_file = FileWriter(ledger.metadata, ledger.io, plain=plain).submit([(None, rows)])
+            metadata = ledger_tx.table_metadata if ledger_tx is not None else ledger.metadata
+            ledger_file = FileWriter(metadata, ledger.io, plain=plain).submit([(None, rows)])
             runs = self._lookup.submit_runs_after(ledger, ledger_base, change.new_ledger_rows)
-        files = {name: writer.write_files(tables[name], rewrites[name]) for name, writer in self.writers.items()}
+        files = {name: writer.write_files(evolution.evolved(tables[name], txs[name]) if name in txs else tables[name],
+                                          rewrites[name]) for name, writer in self.writers.items()}
         new_positions = positions.advance(previous.positions if previous else {}, identity.source, identity.end)
 
-        ledger_tx = None
         ledger_snapshot = ledger_base
         if ledger_file is not None and runs is not None:
-            ledger_tx = stage_ledger(ledger, ledger_base, ledger_file, identity.batch_id, runs.result())
+            ledger_tx = stage_ledger(ledger, ledger_base, ledger_file, identity.batch_id, runs.result(), ledger_tx)
             ledger_snapshot = ledger_tx.table_metadata.current_snapshot_id
 
         staged: dict[str, tuple[Transaction, list[DataFile]]] = {}
@@ -415,7 +420,7 @@ class Publisher:
                 positions=new_positions,
                 contract=self.contract.schema_ref,
                 contract_sha256=self.contract.sha256,
-                schema_id=tables[name].metadata.current_schema_id,
+                schema_id=(txs[name].table_metadata if name in txs else tables[name].metadata).current_schema_id,
                 checksums=rewrites[name].checksums,
                 counts=counts,
                 totals=(own.totals if own else Counts()) + counts,
@@ -423,7 +428,7 @@ class Publisher:
                 partition_count=writer.partition_count(tables[name], rewrites[name]),
                 extra={**timing, **(gate.properties if gate is not None else {})},
             )
-            staged[name] = writer.stage(tables[name], rewrites[name], record, files[name])
+            staged[name] = writer.stage(tables[name], rewrites[name], record, files[name], txs.get(name))
         changes = [TableChange(ledger, ledger_tx), *(TableChange(tables[n], staged[n][0]) for n in self.writers)]
         rejected = gating.rejects_change(self.catalog, self.namespace, self.group.name, identity, gate)
         if rejected is not None:  # one more table in the same commit (ordered: before the published tables)

@@ -18,6 +18,7 @@ from pyiceberg.table import Table
 
 from lakepub import duck
 from lakepub.contract.model import Contract
+from lakepub.store.layout import columns_at
 
 if TYPE_CHECKING:  # a publish on the key-index path never opens DuckDB: imported on use
     import duckdb
@@ -37,8 +38,9 @@ def live_states(con: duckdb.DuckDBPyConnection, ledger: Table, snapshot_id: int 
         return schema.empty_table()
     keys = ", ".join(_ident(k) for k in entity.key)
     live = f"WHERE NOT {_ident(entity.deleted)}" if entity.deleted else ""
+    present = columns_at(ledger, snapshot_id)  # a snapshot from before a contract evolution lacks its new fields
     sql = f"""
-        SELECT {', '.join(_ident(n) for n in names)} FROM (
+        SELECT {', '.join(_ident(n) if present is None or n in present else f'NULL AS {_ident(n)}' for n in names)} FROM (
             SELECT * FROM {duck.scan_sql(ledger.metadata_location, snapshot_id)}
             QUALIFY row_number() OVER (PARTITION BY {keys} ORDER BY {_ident(entity.version)} DESC) = 1
         ) {live}"""

@@ -33,6 +33,9 @@ Memory: a lookup maps the runs (file pages of the kernel's page cache, counted i
 RSS only while mapped, ~8 bytes per ledger row for a large batch); a merge maps its runs anew for
 each key range of ``BATCH_ROWS`` rows and copies out only that range, so its memory does not grow
 with the size of the runs it merges.
+
+Runs written before a contract evolution keep their schema (without the new field, or with the
+type before a promotion): lookups and merges read them ``conform``-ed to the current one.
 """
 
 from __future__ import annotations
@@ -75,6 +78,16 @@ def payload_schema(schema: pa.Schema) -> pa.Schema:
     <state fields>, floor``."""
     return pa.schema([f for f in schema if f.name not in ("k1", "k2", "compacted")]).append(
         pa.field("floor", pa.int64()))
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Rows of a run written before a contract evolution (``publish/evolution.py``), in ``schema``:
+    a state field it lacks is null, a promoted one cast (int->long, float->double, decimal
+    precision). Runs are never rewritten for an evolution; merges write the new schema."""
+    if table.schema.equals(schema):
+        return table
+    return pa.table([table.column(f.name).cast(f.type) if f.name in table.column_names
+                     else pa.nulls(table.num_rows, f.type) for f in schema], schema=schema)
 
 
 # The orders index (~33 bytes a row): existing runs have exactly this schema.
@@ -221,13 +234,14 @@ class KeyIndex:
         ``(k1[i], k2[i])`` and, per row, its ``i``."""
         order = np.argsort(k1)
         q1, q2 = k1[order], low_k2(k2)[order]
+        payload = payload_schema(self.schema)
         found: list[pa.Table] = []
         positions: list[np.ndarray] = []
         for run in runs:
             for batch in self.batches(run):
                 rows, at = _search(batch, q1, q2)
                 if rows.size:
-                    found.append(_payload(batch, rows))
+                    found.append(conform(_payload(batch, rows), payload))
                     positions.append(order[at])
         if not found:
             return empty_payload(self.schema), np.zeros(0, dtype=np.int64)
@@ -252,7 +266,7 @@ class KeyIndex:
         chunks = max(1, -(-rows // BATCH_ROWS))
         # k1 is a uniform 64-bit hash (lakepub.keys): equal slices of its range hold ~equal rows.
         bounds = [-(1 << 63) + (i << 64) // chunks for i in range(chunks)] + [None]
-        return write_run(self.folder, _merged(sources, bounds), self.schema)
+        return write_run(self.folder, _merged(sources, bounds, self.schema), self.schema)
 
 
 @dataclass(frozen=True)
@@ -285,7 +299,7 @@ def _key_range(batch: pa.RecordBatch) -> tuple[int, int]:
     return int(k1[0]), int(k1[-1])
 
 
-def _merged(sources: Sequence[_Source], bounds: list[int | None]) -> Iterator[pa.Table]:
+def _merged(sources: Sequence[_Source], bounds: list[int | None], schema: pa.Schema) -> Iterator[pa.Table]:
     """The rows of the sources, one k1-sorted table per key range ``[bound, next bound)``.
 
     Each range maps its runs afresh and copies out only its slices of the batches overlapping
@@ -304,7 +318,7 @@ def _merged(sources: Sequence[_Source], bounds: list[int | None]) -> Iterator[pa
                 lo = int(np.searchsorted(k1, lo_key, "left"))
                 hi = len(k1) if hi_key is None else int(np.searchsorted(k1, hi_key, "left"))
                 if hi > lo:
-                    parts.append(pa.Table.from_batches([batch.slice(lo, hi - lo)]))
+                    parts.append(conform(pa.Table.from_batches([batch.slice(lo, hi - lo)]), schema))
         if parts:
             chunk = pa.concat_tables(parts).combine_chunks()  # copied out: the mappings can go
             del parts, get, batch, k1  # unmap

@@ -165,6 +165,23 @@ def ledger_iceberg(ledger: Table, contract: Contract = ORDERS_CONTRACT) -> Schem
     return Schema(*fields)
 
 
+def columns_at(table: Table, snapshot_id: int | None, nested: str | None = None) -> set[str] | None:
+    """The top-level columns of a snapshot's schema (a reader of it sees those: a snapshot from
+    before a contract evolution lacks the columns it added), or with ``nested`` the fields of that
+    list-of-struct column's elements (``history``); None if unknown."""
+    snapshot = table.metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
+    if snapshot is None or snapshot.schema_id is None:
+        return None
+    schema = next((s for s in table.metadata.schemas if s.schema_id == snapshot.schema_id), None)
+    if schema is None:
+        return None
+    if nested is None:
+        return {f.name for f in schema.fields}
+    element = getattr(schema.find_field(nested).field_type, "element_type", None) if nested in schema.column_names \
+        else None
+    return {f.name for f in element.fields} if isinstance(element, StructType) else None
+
+
 def has_history(ledger: Table) -> bool:
     """Whether the ledger has the ``history`` column (it has been compacted)."""
     return "history" in ledger.schema().column_names
