@@ -1,0 +1,116 @@
+"""The output columns of each derived dataset, and the upstream columns its query reads.
+
+Resolved in graph order (upstreams first), without reading any data: each input is an empty
+Arrow table of its dataset's columns (a base dataset's ``Kind.output_schema()``, a derived one's
+resolved here), registered in an in-memory DuckDB, and the query runs with ``LIMIT 0``: DuckDB's
+own binder checks the columns and gives the published types (``sum(BIGINT)`` is ``HUGEINT``,
+published as ``decimal(38,0)``). The columns read come from sqlglot: the query qualified against
+the inputs' columns (``*`` expanded), then every column of every scope whose source is an input
+table (projections, filters, joins, grouping: all of them shape the result).
+
+Invariants: a query that does not bind over its inputs' columns, an output type lakepub cannot
+publish, or a ``partition:`` whose column is not an output column is an exit-2 error naming the
+file and key. Where sqlglot cannot qualify a query, every column of every input counts as read
+(conservative: more data-version changes, never fewer). Every input also "reads" its row set
+(the pseudo-column ``*``), whatever columns it reads.
+
+Cost: one DuckDB connection per resolution and one ``LIMIT 0`` query and one sqlglot qualify per
+derived dataset (a few ms each).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from lakepub.derive.model import DerivedSpec, Graph
+from lakepub.errors import ConfigError
+from lakepub.projection.partitioning import iceberg_type
+
+ROWS = "*"  # the pseudo-column of an input's row set
+
+
+@dataclass(frozen=True)
+class Resolved:
+    schema: pa.Schema  # the published columns
+    reads: dict[str, tuple[str, ...]]  # input dataset -> the columns the query reads (with ROWS)
+
+
+def resolve(graph: Graph) -> dict[str, Resolved]:
+    """Every derived dataset's columns and reads (ConfigError naming file and key)."""
+    import duckdb
+
+    con = duckdb.connect(":memory:")
+    schemas: dict[str, pa.Schema] = {n: s.kind.output_schema() for n, s in graph.base.items()}
+    out: dict[str, Resolved] = {}
+    registered: set[str] = set()
+    try:
+        for name in graph.order:
+            spec = graph.derived[name]
+            for upstream in spec.inputs:
+                if upstream not in registered:
+                    con.register(upstream, schemas[upstream].empty_table())
+                    registered.add(upstream)
+            schema = _output_schema(con, spec)
+            schemas[name] = schema
+            out[name] = Resolved(schema, columns_read(spec, {u: schemas[u].names for u in spec.inputs}))
+    finally:
+        con.close()
+    return out
+
+
+def _output_schema(con, spec: DerivedSpec) -> pa.Schema:
+    import duckdb
+
+    try:
+        schema = con.execute(f"SELECT * FROM ({spec.query}) AS q LIMIT 0").to_arrow_table().schema
+    except duckdb.Error as exc:
+        message = " ".join(str(exc).split())
+        raise ConfigError(f"{spec.path}: 'projection.query' does not run over its inputs' columns: {message[:300]}") \
+            from None
+    if len(set(schema.names)) != len(schema.names):
+        raise ConfigError(f"{spec.path}: 'projection.query' gives two columns one name ({', '.join(schema.names)}); "
+                          "name each output column once (AS name)")
+    fields = []
+    for f in schema:
+        arrow = f.type
+        if pa.types.is_large_string(arrow) or pa.types.is_string_view(arrow):
+            arrow = pa.string()
+        try:
+            iceberg_type(arrow)
+        except ConfigError:
+            raise ConfigError(f"{spec.path}: 'projection.query' gives column '{f.name}' of type {f.type}, which "
+                              "lakepub cannot publish; CAST it to a string, integer, decimal, double, boolean, "
+                              "date or timestamp") from None
+        fields.append(pa.field(f.name, arrow, nullable=True))
+    out = pa.schema(fields)
+    spec.partition.check(out, f"{spec.path}: 'partition'")
+    return out
+
+
+def columns_read(spec: DerivedSpec, columns: dict[str, list[str]]) -> dict[str, tuple[str, ...]]:
+    """{input: the columns of it the query reads, ROWS first}; every column where sqlglot cannot tell."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.optimizer.qualify import qualify
+    from sqlglot.optimizer.scope import traverse_scope
+
+    found: dict[str, set[str]] = {name: set() for name in spec.inputs}
+    try:
+        tree = qualify(sqlglot.parse_one(spec.query, read="duckdb"), dialect="duckdb",
+                       schema={name: {c: "VARCHAR" for c in cols} for name, cols in columns.items()})
+        for scope in traverse_scope(tree):
+            for column in scope.columns:
+                source = scope.sources.get(column.table)
+                if isinstance(source, exp.Table) and source.name in found:
+                    found[source.name].add(column.name)
+        lower = {name: {c.lower(): c for c in cols} for name, cols in columns.items()}
+        for name, cols in found.items():
+            unknown = [c for c in cols if c not in lower[name]]
+            if unknown:
+                raise ValueError(unknown)
+            found[name] = {lower[name][c] for c in cols}
+    except Exception:  # noqa: BLE001 - conservative: everything counts as read
+        found = {name: set(columns[name]) for name in spec.inputs}
+    return {name: (ROWS, *sorted(cols)) for name, cols in found.items()}
