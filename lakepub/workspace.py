@@ -307,7 +307,7 @@ class Workspace:
 
         cache = self.config.root / ".lakepub" / "views"
         out = {}
-        for name in sorted(self.config.datasets):
+        for name in sorted([*self.config.datasets, *self.config.derived]):  # derived: lakepub reconcile's
             table = self._summary_table(name)
             if table is not None and table.metadata.current_snapshot_id is not None:
                 out[name] = views.resolve(table, cache)
@@ -336,6 +336,10 @@ class Workspace:
         except duckdb.Error as exc:
             message = " ".join(str(exc).split())
             unpublished = [n for n in self.config.datasets if n not in published and n in message]
+            waiting = [n for n in self.config.derived if n not in published and n in message]
+            if isinstance(exc, duckdb.CatalogException) and waiting and not unpublished:
+                raise QueryError(f"derived dataset '{waiting[0]}' has not been computed yet; "
+                                 f"run 'lakepub reconcile {waiting[0]}' first") from None
             if isinstance(exc, duckdb.CatalogException) and unpublished:
                 raise QueryError(f"dataset '{unpublished[0]}' has no published snapshot yet; "
                                  f"run 'lakepub run {unpublished[0]}' or 'lakepub publish' first") from None
@@ -349,7 +353,8 @@ class Workspace:
             con.close()
 
     def _summary_table(self, dataset: str):
-        self.dataset(dataset)
+        if dataset not in self.config.derived:
+            self.dataset(dataset)
         try:
             return self.catalog.load_table(summary_id(self.config.namespace, dataset))
         except NoSuchTableError:

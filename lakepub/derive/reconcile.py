@@ -1,0 +1,113 @@
+"""``lakepub reconcile``: every pending window of the derived datasets, in graph order.
+
+A routine run computes only what the plan finds missing or stale (plus each dataset's
+``lookback``): a dataset's windows all commit before any dataset downstream of it is planned, so
+a downstream is planned against its upstreams' new snapshots within the same run. Named datasets
+are reconciled with the derived datasets they read (upstreams first), nothing downstream of them.
+
+``workers > 1`` computes a dataset's windows in a process pool (``spawn``: no DuckDB or catalog
+connection crosses a fork); windows of one dataset are disjoint, so their commits rebase on each
+other (``compute.py``). ``window=ID`` computes exactly that window of one dataset (what a job
+runner fans out from ``lakepub plan --format json``): an id that is not in the current plan is
+refused (exit 3), a window with nothing pending is a no-op.
+
+Cost: one plan per dataset (checksum records only) plus the windows' queries and commits; a
+worker process pays its imports and one schema resolution (~1 s) once.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Callable
+
+from lakepub.derive.compute import WindowRefused, WindowResult, compute_window
+from lakepub.derive.model import upstream_of
+from lakepub.derive.state import Batching, Context, DatasetPlan, plan_dataset
+
+OnPlan = Callable[[DatasetPlan], None]
+OnWindow = Callable[[WindowResult], None]
+
+
+def reconcile(ws, names: list[str] | None = None, *, batching: Batching = Batching(), workers: int = 1,
+              window: str | None = None, on_plan: OnPlan | None = None,
+              on_window: OnWindow | None = None) -> list[WindowResult]:
+    ctx = Context(ws)
+    derived = ctx.graph.derived
+    for name in names or ():
+        if name not in derived:
+            ws.config.dataset(name)  # unknown: exit 2; a base dataset: this says it is not derived
+            raise WindowRefused(f"dataset '{name}' is a base dataset: 'lakepub run {name}' publishes it; "
+                                "reconcile computes derived datasets (projection.kind: sql)")
+    if window is not None:
+        return [_one_window(ctx, names or [], window, batching, on_plan, on_window)]
+    targets = upstream_of(derived, set(names)) if names else set(derived)
+    results: list[WindowResult] = []
+    pool = None
+    try:
+        for name in [n for n in ctx.graph.order if n in targets]:
+            plan = plan_dataset(ctx, name, batching)
+            if on_plan:
+                on_plan(plan)
+            if plan.blocked:
+                raise WindowRefused(f"{derived[name].path}: cannot reconcile {name}: {plan.blocked}; nothing was "
+                                    "written for it")
+            pending = plan.pending
+            if workers > 1 and len(pending) > 1:
+                if pool is None:
+                    import multiprocessing
+
+                    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+                futures = [pool.submit(_work, str(ws.config.root), name, w.pending, w.id) for w in pending]
+                for future in as_completed(futures):
+                    result = future.result()
+                    results.append(result)
+                    if on_window:
+                        on_window(result)
+            else:
+                for w in pending:
+                    result = compute_window(ctx, name, w.pending, w.id)
+                    results.append(result)
+                    if on_window:
+                        on_window(result)
+            ctx.forget(name)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return results
+
+
+def _one_window(ctx: Context, names: list[str], window: str, batching: Batching, on_plan: OnPlan | None,
+                on_window: OnWindow | None) -> WindowResult:
+    if len(names) != 1:
+        raise WindowRefused("--window needs exactly one DATASET: the one 'lakepub plan --format json' listed it under")
+    name = names[0]
+    plan = plan_dataset(ctx, name, batching)
+    if on_plan:
+        on_plan(plan)
+    if plan.blocked:
+        raise WindowRefused(f"cannot reconcile {name}: {plan.blocked}; nothing was written")
+    found = next((w for w in plan.windows if w.id == window), None)
+    if found is None:
+        raise WindowRefused(f"window {window} is not in the plan of {name} (batching {batching.label()}): its "
+                            "partitions changed, or the plan used other --batch-days/--batch-partitions; run "
+                            "'lakepub plan' again with the same batch options")
+    if not found.pending:
+        return WindowResult(name, window, [], 0, 0, 0, 0.0)
+    result = compute_window(ctx, name, found.pending, found.id)
+    if on_window:
+        on_window(result)
+    return result
+
+
+_CACHE: dict[str, tuple] = {}  # per worker process: root -> (workspace, context)
+
+
+def _work(root: str, name: str, labels: list[str], window_id: str) -> WindowResult:
+    """One window in a worker process (its workspace and resolved graph kept between windows)."""
+    from lakepub.workspace import Workspace
+
+    if root not in _CACHE:
+        ws = Workspace.open(root, search_parents=False)
+        _CACHE[root] = (ws, Context(ws))
+    ctx = _CACHE[root][1]
+    return compute_window(ctx, name, labels, window_id)
