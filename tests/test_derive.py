@@ -118,3 +118,227 @@ def _snapshots(ws_path: Path, name: str) -> list[dict]:
     out = [{"snapshot_id": s.snapshot_id, **s.summary.additional_properties} for s in table.snapshots()]
     ws.close()
     return out
+
+
+SALES_CONTRACT = """
+name: sales
+version: "1.0"
+entity: {key: [sale_id], version: version, deleted: deleted}
+fields:
+  sale_id: string
+  version: long
+  day: date
+  customer_id: string
+  cents: long
+  deleted: boolean
+"""
+CUSTOMERS_CONTRACT = """
+name: customers
+version: "1.0"
+entity: {key: [customer_id], version: version, deleted: deleted}
+fields:
+  customer_id: string
+  version: long
+  country: {type: string, nullable: true}
+  plan: string
+  deleted: boolean
+"""
+SALES_DAILY = {"name": "sales_daily", "source": "sales", "contract": "contracts/sales@v1.0",
+               "projection": {"kind": "aggregate", "group_by": ["day", "customer_id"],
+                              "measures": {"cents": "sum(cents)", "sales": "count()"}},
+               "partition": "month(day)"}
+CUSTOMERS = {"name": "customers_current", "source": "customers", "contract": "contracts/customers@v1.0",
+             "projection": {"kind": "current", "columns": ["customer_id", "country", "plan"]},
+             "partition": "bucket(4, customer_id)"}
+BY_COUNTRY = {"name": "sales_by_country",
+              "projection": {"kind": "sql", "inputs": {"sales_daily": "month(day)", "customers_current": "all"},
+                             "query": "SELECT CAST(date_trunc('month', s.day) AS DATE) AS month, "
+                                      "coalesce(c.country, '?') AS country, sum(s.cents) AS cents "
+                                      "FROM sales_daily s LEFT JOIN customers_current c USING (customer_id) "
+                                      "GROUP BY 1, 2"},
+              "partition": "month(month)"}
+TOTALS = {"name": "sales_totals",  # reads only sales_daily's day and cents
+          "projection": {"kind": "sql", "inputs": {"sales_daily": "month(day)"},
+                         "query": "SELECT day, sum(cents) AS cents FROM sales_daily GROUP BY day"},
+          "partition": "month(day)"}
+
+
+def _sale(sid, day, cid, cents, version=1):
+    return {"sale_id": sid, "version": version, "day": day, "customer_id": cid, "cents": cents, "deleted": False}
+
+
+def _customer(cid, country, plan="pro", version=1):
+    return {"customer_id": cid, "version": version, "country": country, "plan": plan, "deleted": False}
+
+
+def _publish_to(cli, ws_path, dataset, source, events, start):
+    path = write_jsonl(ws_path / f"{dataset}-{start}.jsonl", events)
+    _ok(cli("publish", dataset, "--events", str(path), "--source", source, "--start", json.dumps({"p0": start}),
+            "--end", json.dumps({"p0": start + len(events)})))
+
+
+@pytest.fixture
+def shop(ws_path: Path, cli):
+    (ws_path / "catalog" / "contracts" / "sales@v1.0.yaml").write_text(SALES_CONTRACT)
+    (ws_path / "catalog" / "contracts" / "customers@v1.0.yaml").write_text(CUSTOMERS_CONTRACT)
+    _define(ws_path, SALES_DAILY, CUSTOMERS, BY_COUNTRY, TOTALS)
+    _publish_to(cli, ws_path, "sales_daily", "sales",
+                [_sale("s1", "2025-10-01", "c1", 100), _sale("s2", "2025-10-02", "c2", 50),
+                 _sale("s3", "2025-11-01", "c1", 7), _sale("s4", "2025-11-03", "c3", 1)], 0)
+    _publish_to(cli, ws_path, "customers_current", "customers",
+                [_customer("c1", "FR"), _customer("c2", "DE"), _customer("c3", None)], 0)
+    return ws_path
+
+
+def test_join_with_a_current_state_dimension(shop: Path, cli):
+    _ok(cli("reconcile"))
+    assert _rows(cli, "SELECT * FROM sales_by_country ORDER BY 1, 2") == \
+        _rows(cli, f"SELECT * FROM ({BY_COUNTRY['projection']['query']}) ORDER BY 1, 2")
+    # The dimension changes: every partition reads all of it, so every partition is stale.
+    _publish_to(cli, shop, "customers_current", "customers", [_customer("c1", "US", version=2)], 3)
+    plan = _plan(cli)
+    assert {p for w in plan["sales_by_country"]["windows"] for p in w["pending"]} == {"2025-10", "2025-11"}
+    assert plan["sales_totals"]["pending_partitions"] == 0  # it does not read customers_current
+    _ok(cli("reconcile"))
+    assert _rows(cli, "SELECT * FROM sales_by_country ORDER BY 1, 2") == \
+        _rows(cli, f"SELECT * FROM ({BY_COUNTRY['projection']['query']}) ORDER BY 1, 2")
+    assert {r["country"] for r in _rows(cli, "SELECT country FROM sales_by_country")} == {"US", "DE", "?"}
+
+
+def test_data_versions_chain_by_column(shop: Path, cli):
+    _define(shop, {**YEARLY_SALES})
+    _ok(cli("reconcile"))
+    first = _plan(cli)
+    assert all(first[n]["change"] == "untouched" for n in first if n != "orders_daily"), {n: (p["change"], p["reasons"]) for n, p in first.items()}
+    recorded = {s.get("lakepub.data-version") for s in _snapshots(shop, "sales_by_country")}
+    assert recorded == {first["sales_by_country"]["desired_version"]}
+    # Every base publish records its data version too.
+    assert {s.get("lakepub.data-version") for s in _snapshots(shop, "sales_daily")} == \
+        {first["sales_daily"]["desired_version"]}
+    # A description change is non-breaking: same data version, nothing to recompute.
+    _define(shop, {**BY_COUNTRY, "description": "by country", "owner": "bi"})
+    plan = _plan(cli)
+    assert plan["sales_by_country"]["change"] == "non-breaking"
+    assert plan["sales_by_country"]["desired_version"] == first["sales_by_country"]["desired_version"]
+    assert plan["sales_by_country"]["pending_partitions"] == 0
+    # A definition change: new data versions for it and its downstream only.
+    _define(shop, {**BY_COUNTRY, "projection": {**BY_COUNTRY["projection"], "query":
+                   BY_COUNTRY["projection"]["query"].replace("'?'", "'unknown'")}})
+    plan = _plan(cli)
+    changed = {n for n, p in plan.items() if p["desired_version"] != first[n]["desired_version"]}
+    assert changed == {"sales_by_country", "sales_yearly"}
+    assert plan["sales_by_country"]["change"] == "breaking"
+    assert plan["sales_by_country"]["reasons"] == ["definition changed (query, inputs, columns or partitioning)"]
+    assert plan["sales_yearly"]["reasons"] == ["upstream column sales_by_country.* has a new version"] or \
+        any("sales_by_country" in r for r in plan["sales_yearly"]["reasons"])
+    assert plan["sales_by_country"]["pending_partitions"] == 2 and plan["sales_totals"]["change"] == "untouched"
+    _ok(cli("reconcile"))
+    after = _plan(cli)
+    assert all(p["pending_partitions"] == 0 and p["change"] == "untouched" for n, p in after.items() if n != "orders_daily"), after
+    assert _rows(cli, "SELECT * FROM sales_yearly") == _rows(cli, f"SELECT * FROM ({YEARLY_SALES['projection']['query']})")
+    # An upstream change to a column sales_totals does not read (a new measure of sales_daily):
+    # sales_daily gets a new data version, sales_totals keeps its own; sales_by_country reads
+    # customer_id and cents, untouched too.
+    _define(shop, {**SALES_DAILY, "projection": {**SALES_DAILY["projection"], "measures": {
+        **SALES_DAILY["projection"]["measures"], "big": "sum(cents)"}}})
+    plan = _plan(cli)
+    assert plan["sales_daily"]["change"] == "breaking"
+    assert plan["sales_totals"]["desired_version"] == after["sales_totals"]["desired_version"]
+    assert plan["sales_by_country"]["desired_version"] == after["sales_by_country"]["desired_version"]
+    # ... while a change to a column it reads does change it.
+    _define(shop, {**SALES_DAILY, "projection": {**SALES_DAILY["projection"], "group_by": ["day", "customer_id",
+                                                                                           "sale_id"]}})
+    plan = _plan(cli)
+    assert plan["sales_totals"]["desired_version"] != after["sales_totals"]["desired_version"]
+
+
+YEARLY_SALES = {"name": "sales_yearly",
+                "projection": {"kind": "sql", "inputs": {"sales_by_country": "year(month)"},
+                               "query": "SELECT CAST(date_trunc('year', month) AS DATE) AS year, country, "
+                                        "sum(cents) AS cents FROM sales_by_country GROUP BY 1, 2"},
+                "partition": "year(year)"}
+
+
+@pytest.mark.parametrize("change, key, words", [
+    ({"projection": {**MONTHLY["projection"], "inputs": {"orders_daily": "month(day)", "nope": "all"}}},
+     "projection.inputs.nope",
+     "unknown dataset 'nope'"),
+    ({"projection": {**MONTHLY["projection"], "query": "SELECT * FROM orders_daily JOIN other USING (day)"}},
+     "projection.query", "'other', which is not listed under projection.inputs"),
+    ({"projection": {**MONTHLY["projection"], "query": "SELEC day FROM orders_daily"}}, "projection.query",
+     "not valid DuckDB SQL"),
+    ({"projection": {**MONTHLY["projection"], "query": "SELECT * FROM read_parquet('/etc/x.parquet')"}},
+     "projection.query", "reads only the datasets listed"),
+    ({"projection": {**MONTHLY["projection"], "inputs": {"orders_daily": "bucket(4, day)"}}},
+     "projection.inputs.orders_daily", "not understood"),
+    ({"projection": {**MONTHLY["projection"], "inputs": {"orders_daily": "week(day)"}}},
+     "projection.inputs.orders_daily", "expected none"),
+    ({"projection": {**MONTHLY["projection"], "inputs": {"orders_daily": "day(day)"}}},
+     "projection.inputs.orders_daily", "output partition's transform"),
+    ({"projection": {**MONTHLY["projection"], "query": "SELECT nope FROM orders_daily"}}, "projection.query",
+     "does not run over its inputs' columns"),
+    ({"partition": "month(nope)"}, "partition", "not a column"),
+    ({"projection": {**MONTHLY["projection"], "colour": 1}}, "projection.colour", "unknown key"),
+])
+def test_graph_errors_exit_2_naming_file_and_key(ws_path: Path, cli, change, key, words):
+    _define(ws_path, {**MONTHLY, **change})
+    res = cli("plan", "--format", "json")
+    assert res.code == 2, res.out + res.err
+    error = res.json()
+    assert error["file"].endswith("orders_monthly.yaml") and error["key"] == key, error
+    assert words in error["message"], error["message"]
+    assert "Traceback" not in res.err
+
+
+def test_a_cycle_is_an_error_naming_file_and_key(ws_path: Path, cli):
+    a = {"name": "a", "projection": {"kind": "sql", "inputs": {"b": "all"}, "query": "SELECT * FROM b"}}
+    b = {"name": "b", "projection": {"kind": "sql", "inputs": {"a": "all"}, "query": "SELECT * FROM a"}}
+    _define(ws_path, a, b)
+    res = cli("plan", "--format", "json")
+    assert res.code == 2 and "cycle" in res.json()["message"] and res.json()["key"] == "projection.inputs.b", res.out
+
+
+def test_base_commands_keep_working_and_name_derived_datasets(ws_path: Path, cli):
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, MONTHLY)
+    _ok(cli("status"))
+    _ok(cli("tables"))
+    _ok(cli("metrics"))
+    res = cli("run", "orders_monthly")
+    assert res.code == 2 and "derived" in res.err and "reconcile" in res.err, res.err
+    res = cli("query", "SELECT * FROM orders_monthly")
+    assert res.code == 2 and "lakepub reconcile orders_monthly" in res.err, res.err
+    _ok(cli("reconcile", "orders_monthly"))
+    assert _rows(cli, "SELECT count(*) AS n FROM orders_monthly") == [{"n": 4}]
+
+
+def test_lookback_recomputes_the_newest_partitions(ws_path: Path, cli):
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, {**MONTHLY, "lookback": 2})
+    _ok(cli("reconcile"))
+    plan = _plan(cli)["orders_monthly"]
+    assert [(w["pending"], w["why"]) for w in plan["windows"]] == \
+        [(["2025-10", "2025-11"], {"2025-10": "lookback", "2025-11": "lookback"})]
+    res = _ok(cli("reconcile", "--format", "json"))
+    assert [w["partitions"] for w in res.json()["windows"]] == [["2025-10", "2025-11"]]
+    assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, MONTHLY)
+
+
+def test_windows_by_id_and_by_workers_end_equal(ws_path: Path, cli, cli_process):
+    _publish(cli, ws_path, FIRST + [_order("H", 1, "2025-01-05", 11), _order("I", 1, "2025-03-05", 12)])
+    _define(ws_path, MONTHLY, YEARLY)
+    plan = _plan(cli, "--batch-partitions", "2")["orders_monthly"]
+    ids = [w["id"] for w in plan["windows"]]
+    assert len(ids) == 3 and _plan(cli, "--batch-partitions", "2")["orders_monthly"]["windows"][0]["id"] == ids[0]
+    res = _ok(cli("reconcile", "orders_monthly", "--window", ids[1], "--batch-partitions", "2", "--format", "json"))
+    assert res.json()["windows"][0]["partitions"] == plan["windows"][1]["pending"]
+    rest = _plan(cli, "--batch-partitions", "2")["orders_monthly"]
+    assert [w["id"] for w in rest["windows"]] == [ids[0], ids[2]]  # ids stay stable as windows complete
+    res = cli("reconcile", "orders_monthly", "--window", "000000000000", "--batch-partitions", "2")
+    assert res.code == 3 and "not in the plan" in res.err, res.err
+    res = cli_process("reconcile", "--workers", "2", "--batch-partitions", "1")
+    assert res.code == 0, res.err
+    assert len([line for line in res.out.splitlines() if line.startswith("window ")]) == 3 + 3  # one per window
+    assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, MONTHLY)
+    assert _rows(cli, "SELECT * FROM orders_yearly ORDER BY 1") == _oracle(cli, YEARLY)
+    assert all(p["pending_partitions"] == 0 for p in _plan(cli).values())
