@@ -342,3 +342,44 @@ def test_windows_by_id_and_by_workers_end_equal(ws_path: Path, cli, cli_process)
     assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, MONTHLY)
     assert _rows(cli, "SELECT * FROM orders_yearly ORDER BY 1") == _oracle(cli, YEARLY)
     assert all(p["pending_partitions"] == 0 for p in _plan(cli).values())
+
+
+DAILY = {"name": "orders_per_day",  # orders_daily is partitioned by month: a day reads its month
+         "projection": {"kind": "sql", "inputs": {"orders_daily": "day(day)"},
+                        "query": "SELECT day, cents FROM orders_daily"},
+         "partition": "day(day)"}
+COUNTRIES = {"name": "customers_by_country",  # only `all` inputs: one window, every partition
+             "projection": {"kind": "sql", "inputs": {"customers_current": "all"},
+                            "query": "SELECT coalesce(country, '?') AS country, count(*) AS n "
+                                     "FROM customers_current GROUP BY 1"},
+             "partition": "identity(country)"}
+
+
+def test_an_input_partitioned_coarser_than_its_expression(ws_path: Path, cli):
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, DAILY)
+    _ok(cli("reconcile"))
+    assert _rows(cli, "SELECT * FROM orders_per_day ORDER BY 1") == _oracle(cli, DAILY)
+    _publish(cli, ws_path, [_order("F", 1, "2025-10-05", 1000)])
+    pending = {p for w in _plan(cli)["orders_per_day"]["windows"] for p in w["pending"]}
+    assert pending == {"2025-10-01", "2025-10-20", "2025-10-05"}  # the days of the month that moved
+    _ok(cli("reconcile"))
+    assert _rows(cli, "SELECT * FROM orders_per_day ORDER BY 1") == _oracle(cli, DAILY)
+
+
+def test_only_all_inputs_make_one_window_and_the_janitor_keeps_it_current(shop: Path, cli):
+    _define(shop, COUNTRIES)
+    _ok(cli("reconcile"))
+    query = f"SELECT * FROM ({COUNTRIES['projection']['query']}) ORDER BY 1"
+    assert _rows(cli, "SELECT * FROM customers_by_country ORDER BY 1") == _rows(cli, query)
+    _publish_to(cli, shop, "customers_current", "customers", [_customer("c3", "FR", version=2)], 3)
+    plan = _plan(cli)["customers_by_country"]
+    assert [w["pending"] for w in plan["windows"]] == [["*"]]
+    _ok(cli("reconcile"))
+    got = _rows(cli, "SELECT * FROM customers_by_country ORDER BY 1")
+    assert got == _rows(cli, query) and "?" not in {r["country"] for r in got}  # its partition is gone
+    report = _ok(cli("janitor", "--older-than", "0s", "--retain-last", "1", "--format", "json")).json()
+    assert "customers_by_country" in json.dumps(report)
+    assert all(p["pending_partitions"] == 0 for p in _plan(cli).values())
+    assert _rows(cli, "SELECT * FROM customers_by_country ORDER BY 1") == _rows(cli, query)
+    assert "nothing to do" in _ok(cli("reconcile")).out

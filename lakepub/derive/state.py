@@ -13,9 +13,10 @@ P is *missing* (never computed), *stale* (another data version, or an input fing
 moved), an *orphan* (computed non-empty, but no input partition maps to it any more), or
 current; ``lookback: N`` recomputes the newest N candidates whatever their state. Candidates are
 the output partitions the inputs' partitions map to: an input partitioned by the same column at
-the same or a finer time grain maps by label (``2025-10-03`` -> ``2025-10``); any other input
-(partitioned otherwise) reads all its partitions for every P, and its candidates come from a
-``SELECT DISTINCT`` of the input column. A dataset whose inputs are all ``all`` is one window,
+the same or a finer time grain maps by label (``2025-10-03`` -> ``2025-10``); at a coarser grain
+P reads the one upstream partition its label falls in, and the candidates come from a
+``SELECT DISTINCT`` of the input column (a read of that column); any other input (partitioned
+otherwise) reads all its partitions for every P, candidates again from ``SELECT DISTINCT``. A dataset whose inputs are all ``all`` is one window,
 ``*``: every output partition at once.
 
 Windows pack the partitions (every candidate, not only the pending ones) in label order into
@@ -151,7 +152,8 @@ class Context:
 
 def upstream_map(ctx: Context, spec: DerivedSpec, name: str) -> str | None:
     """How input ``name``'s partitions map to output labels: ``same`` (a label is an output
-    label), ``finer`` (a label's prefix is), or None (not by label: every P reads all of it)."""
+    label), ``finer`` (a label's prefix is), ``coarser`` (P's prefix is the one label P reads;
+    candidates then come from the data), or None (not by label: every P reads all of it)."""
     expr = spec.inputs[name].expr
     upstream = ctx.partition_of(name)
     if expr is None or upstream.column != expr.column:
@@ -160,6 +162,8 @@ def upstream_map(ctx: Context, spec: DerivedSpec, name: str) -> str | None:
         return "same"
     if upstream.kind in _GRAIN and expr.kind in _GRAIN and _GRAIN[upstream.kind] > _GRAIN[expr.kind]:
         return "finer"
+    if upstream.kind in _GRAIN and expr.kind in _GRAIN:
+        return "coarser"
     return None
 
 
@@ -205,6 +209,9 @@ def fingerprint(ctx: Context, spec: DerivedSpec, label: str) -> str:
         elif mapping == "finer":
             n = _GRAIN[inp.expr.kind]
             parts[name] = {u: c for u, c in sorted(checks.items()) if u[:n] == label and c != EMPTY_CHECKSUM}
+        elif mapping == "coarser":
+            upstream = label[:_GRAIN[ctx.partition_of(name).kind]]
+            parts[name] = {upstream: checks.get(upstream, EMPTY_CHECKSUM)}
         else:
             parts[name] = digest(sorted(checks.items()))
     return digest(parts)
