@@ -383,3 +383,40 @@ def test_only_all_inputs_make_one_window_and_the_janitor_keeps_it_current(shop: 
     assert all(p["pending_partitions"] == 0 for p in _plan(cli).values())
     assert _rows(cli, "SELECT * FROM customers_by_country ORDER BY 1") == _rows(cli, query)
     assert "nothing to do" in _ok(cli("reconcile")).out
+
+
+def test_backfill_recomputes_two_partitions_and_touches_nothing_else(ws_path: Path, cli):
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, MONTHLY)
+    _ok(cli("reconcile"))
+    before = {s["snapshot_id"]: s for s in _snapshots(ws_path, "orders_monthly")}
+    files_before = _files(ws_path, "orders_monthly")
+    res = _ok(cli("backfill", "orders_monthly", "--from", "2025-09", "--to", "2025-10", "--format", "json"))
+    assert [w["partitions"] for w in res.json()["windows"]] == [["2025-09", "2025-10"]]
+    new = [s for i, s in _snapshots_by_id(ws_path, "orders_monthly").items() if i not in before]
+    assert len(new) == 1 and sorted(json.loads(new[0]["lakepub.checksums"])) == ["2025-09", "2025-10"]
+    files_after = _files(ws_path, "orders_monthly")
+    assert {k: v for k, v in files_after.items() if k not in ("2025-09", "2025-10")} == \
+        {k: v for k, v in files_before.items() if k not in ("2025-09", "2025-10")}
+    assert files_after["2025-10"] != files_before["2025-10"]
+    assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, MONTHLY)
+    res = cli("backfill", "orders_monthly", "--from", "2030-01", "--to", "2030-02")
+    assert res.code == 3 and "no partition" in res.err
+
+
+def _snapshots_by_id(ws_path: Path, name: str) -> dict:
+    return {s["snapshot_id"]: s for s in _snapshots(ws_path, name)}
+
+
+def _files(ws_path: Path, name: str) -> dict[str, list[str]]:
+    from lakepub.store.layout import summary_id
+    from lakepub.workspace import Workspace
+
+    ws = Workspace.open(ws_path)
+    table = ws.catalog.load_table(summary_id(ws.config.namespace, name))
+    out: dict[str, list[str]] = {}
+    for task in table.scan().plan_files():
+        label = ws.config.derived[name].partition.label(task.file.partition[0])
+        out.setdefault(label, []).append(task.file.file_path)
+    ws.close()
+    return out

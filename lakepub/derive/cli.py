@@ -135,8 +135,45 @@ def reconcile(ctx: click.Context, datasets: tuple[str, ...], workers: int, batch
                f"{sum(r.rows for r in done)} rows into {', '.join(names)}")
 
 
+@click.command(short_help="Recompute chosen partitions of a derived dataset in place.")
+@click.argument("dataset")
+@click.option("--from", "first", required=True, metavar="P1", help="First partition label (e.g. 2025-10).")
+@click.option("--to", "last", required=True, metavar="P2", help="Last partition label, inclusive.")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Compute windows in N processes.")
+@click.option("--batch-partitions", type=click.IntRange(min=1), default=None, metavar="N", help=_BATCH_HELP)
+@click.option("--batch-days", type=click.IntRange(min=1), default=None, metavar="N", help=_DAYS_HELP)
+@format_option
+@click.pass_context
+@handle_errors
+def backfill(ctx: click.Context, dataset: str, first: str, last: str, workers: int, batch_partitions: int | None,
+             batch_days: int | None, fmt: str) -> None:
+    """Recompute DATASET's partitions P1..P2 (labels, inclusive) in place under its published data
+    version, whatever their recorded state (after an input was repaired outside lakepub); every
+    other partition is left as it is. Refused (exit 3) while the dataset has a new data version
+    pending: 'lakepub reconcile' moves it first."""
+    from lakepub import output
+    from lakepub.derive.reconcile import backfill as run
+
+    lines = fmt != "json"
+
+    def on_window(r) -> None:
+        if lines:
+            click.echo(f"window {r.window} {r.dataset}: {r.partitions[0]}..{r.partitions[-1]} "
+                       f"({len(r.partitions)} partition(s)), {r.rows} rows, snapshot {r.snapshot_id}, "
+                       f"{r.seconds:.2f} s")
+
+    results = run(_ws(ctx), dataset, first, last, batching=_batching(batch_days, batch_partitions), workers=workers,
+                  on_window=on_window)
+    if fmt == "json":
+        click.echo(output.to_json({"windows": [r.as_dict() for r in results]}))
+        return
+    click.echo(f"backfilled {sum(len(r.partitions) for r in results)} partition(s) of {dataset} in "
+               f"{len(results)} window(s)")
+
+
 def register_cli(main: click.Group) -> None:
-    """Add ``plan`` and ``reconcile`` to the ``lakepub`` group (idempotent)."""
-    for name, command in (("plan", plan), ("reconcile", reconcile)):
+    """Add ``plan``, ``reconcile`` and ``backfill`` to the ``lakepub`` group (idempotent)."""
+    for name, command in (("plan", plan), ("reconcile", reconcile), ("backfill", backfill)):
         if name not in main.commands:
             main.add_command(command, name)

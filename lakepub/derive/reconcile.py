@@ -51,29 +51,73 @@ def reconcile(ws, names: list[str] | None = None, *, batching: Batching = Batchi
             if plan.blocked:
                 raise WindowRefused(f"{derived[name].path}: cannot reconcile {name}: {plan.blocked}; nothing was "
                                     "written for it")
-            pending = plan.pending
-            if workers > 1 and len(pending) > 1:
-                if pool is None:
-                    import multiprocessing
-
-                    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
-                futures = [pool.submit(_work, str(ws.config.root), name, w.pending, w.id) for w in pending]
-                for future in as_completed(futures):
-                    result = future.result()
-                    results.append(result)
-                    if on_window:
-                        on_window(result)
-            else:
-                for w in pending:
-                    result = compute_window(ctx, name, w.pending, w.id)
-                    results.append(result)
-                    if on_window:
-                        on_window(result)
-            ctx.forget(name)
+            pool = _run_windows(ctx, name, [(w.id, w.pending) for w in plan.pending], workers, pool, results,
+                                on_window)
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     return results
+
+
+def backfill(ws, name: str, first: str, last: str, *, batching: Batching = Batching(), workers: int = 1,
+             on_plan: OnPlan | None = None, on_window: OnWindow | None = None) -> list[WindowResult]:
+    """Recompute the partitions ``first``..``last`` (labels, inclusive) of ``name`` in place under
+    its current data version (inputs repaired), whatever their recorded state; nothing else moves."""
+    ctx = Context(ws)
+    if name not in ctx.graph.derived:
+        ws.config.dataset(name)
+        raise WindowRefused(f"dataset '{name}' is a base dataset: backfill recomputes derived datasets")
+    plan = plan_dataset(ctx, name, batching)
+    if on_plan:
+        on_plan(plan)
+    if plan.blocked:
+        raise WindowRefused(f"cannot backfill {name}: {plan.blocked}; nothing was written")
+    if plan.change == "breaking":
+        raise WindowRefused(f"{name} has a new data version ({'; '.join(plan.reasons)}): a backfill recomputes "
+                            "partitions under the published one; run 'lakepub reconcile' to move to the new one")
+    if first > last:
+        raise WindowRefused(f"--from {first} is after --to {last}")
+    windows = []
+    for w in plan.windows:
+        chosen = [label for label in w.partitions if first <= label <= last]
+        if chosen:
+            windows.append((w.id, chosen))
+    if not windows:
+        raise WindowRefused(f"no partition of {name} between {first} and {last} (partitions: "
+                            f"{plan.windows[0].partitions[0] if plan.windows else 'none'}.."
+                            f"{plan.windows[-1].partitions[-1] if plan.windows else ''})")
+    results: list[WindowResult] = []
+    pool = None
+    try:
+        pool = _run_windows(ctx, name, windows, workers, None, results, on_window)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return results
+
+
+def _run_windows(ctx: Context, name: str, windows: list[tuple[str, list[str]]], workers: int, pool,
+                 results: list[WindowResult], on_window: OnWindow | None):
+    """Compute ``windows`` ((id, partitions)) of ``name``, in ``workers`` processes; returns the pool."""
+    if workers > 1 and len(windows) > 1:
+        if pool is None:
+            import multiprocessing
+
+            pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        futures = [pool.submit(_work, str(ctx.ws.config.root), name, labels, wid) for wid, labels in windows]
+        for future in as_completed(futures):
+            result = future.result()
+            results.append(result)
+            if on_window:
+                on_window(result)
+    else:
+        for wid, labels in windows:
+            result = compute_window(ctx, name, labels, wid)
+            results.append(result)
+            if on_window:
+                on_window(result)
+    ctx.forget(name)
+    return pool
 
 
 def _one_window(ctx: Context, names: list[str], window: str, batching: Batching, on_plan: OnPlan | None,
