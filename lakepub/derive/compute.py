@@ -58,8 +58,10 @@ class WindowResult:
                 "snapshot_id": self.snapshot_id, "attempts": self.attempts, "seconds": round(self.seconds, 3)}
 
 
-def compute_window(ctx: Context, name: str, labels: list[str], window_id: str = "") -> WindowResult:
-    """Compute and commit output partitions ``labels`` of derived dataset ``name``."""
+def compute_window(ctx: Context, name: str, labels: list[str], window_id: str = "",
+                   into: str | None = None) -> WindowResult:
+    """Compute and commit output partitions ``labels`` of derived dataset ``name`` (into its
+    published table, or into table ``into``: an offline rebuild's, ``rebuild.py``)."""
     started = time.perf_counter()
     spec = ctx.graph.derived[name]
     for upstream in spec.inputs:
@@ -68,20 +70,21 @@ def compute_window(ctx: Context, name: str, labels: list[str], window_id: str = 
     rows = run_query(ctx, name, labels)
     parts, checksums = _partitions(ctx, name, rows, labels)
     version = ctx.versions[name]
-    ctx.forget(name)
-    table = ensure_table(ctx, name)
+    target = into or name
+    ctx.forget(target)
+    table = ensure_table(ctx, name, into)
     for attempt in range(1, MAX_ATTEMPTS + 1):
         mismatch = schema_mismatch(ctx, name, table)
         if mismatch:
             raise WindowRefused(f"{spec.path}: {mismatch}; nothing was written")
         snapshot_id = _try_commit(ctx, table, name, labels, parts, checksums, prints, version, window_id)
         if snapshot_id is not None:
-            ctx.forget(name)
+            ctx.forget(target)
             return WindowResult(name, window_id, labels, rows.num_rows, snapshot_id, attempt,
                                 time.perf_counter() - started)
         time.sleep(min(1.0, 0.02 * 2 ** attempt))
-        ctx.forget(name)
-        table = ctx.table(name)
+        ctx.forget(target)
+        table = ctx.table(target)
     raise CommitContention(f"gave up committing window {window_id or labels[0]} of {name} after {MAX_ATTEMPTS} "
                            "attempts: other writers kept moving the table; retry")
 
@@ -152,8 +155,8 @@ def _partitions(ctx: Context, name: str, rows: pa.Table, labels: list[str]) -> t
     return parts, checksums
 
 
-def ensure_table(ctx: Context, name: str):
-    """The derived dataset's published table, created on its first window."""
+def ensure_table(ctx: Context, name: str, into: str | None = None):
+    """The derived dataset's published table (or its rebuild table ``into``), created on its first window."""
     from pyiceberg.schema import Schema
     from pyiceberg.types import NestedField
 
@@ -162,7 +165,7 @@ def ensure_table(ctx: Context, name: str):
     from lakepub.store.layout import TABLE_PROPERTIES, summary_id
     from lakepub.store.published import DEFINITION_PROPERTY
 
-    table = ctx.table(name)
+    table = ctx.table(into or name)
     if table is not None:
         return table
     spec = ctx.graph.derived[name]
@@ -173,13 +176,13 @@ def ensure_table(ctx: Context, name: str):
                                               "partition": str(spec.partition)}, sort_keys=True)}
     for column in spec.partition.columns:
         props[f"write.metadata.metrics.column.{column}"] = "full"
-    ident = summary_id(ctx.ws.config.namespace, name)
+    ident = summary_id(ctx.ws.config.namespace, into or name)
     catalog = ctx.ws.catalog
     ensure_namespace(catalog, ctx.ws.config.namespace)
     create_or_load(catalog, ident, lambda: catalog.create_table(
         ident, schema=schema, partition_spec=spec.partition.iceberg_spec(schema), properties=props))
-    ctx.forget(name)
-    return ctx.table(name)
+    ctx.forget(into or name)
+    return ctx.table(into or name)
 
 
 def _try_commit(ctx: Context, table, name: str, labels: list[str], parts: dict[Any, pa.Table],

@@ -106,6 +106,9 @@ def load_derived(path: Path, raw: dict[str, Any]) -> DerivedSpec:
     doc: _DerivedFile = parse(_DerivedFile, raw, path)
     if not doc.name.isidentifier():
         raise ConfigError(f"{path}: 'name': dataset name '{doc.name}' must be a SQL identifier (letters, digits, _)")
+    if "__rebuild_" in doc.name or doc.name.endswith(("__ledger", "__rejects")) or doc.name == "lakepub_audit":
+        raise ConfigError(f"{path}: 'name': '{doc.name}' is the name of one of lakepub's own tables (ledgers, rejects, "
+                          "the audit table, offline rebuilds: __rebuild_); choose another name")
     if doc.lookback < 0:
         raise ConfigError(f"{path}: 'lookback' must be 0 or more partitions, not {doc.lookback}")
     partition = PartitionBy.parse(doc.partition or "none", f"{path}: 'partition'")

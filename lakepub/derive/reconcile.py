@@ -51,8 +51,13 @@ def reconcile(ws, names: list[str] | None = None, *, batching: Batching = Batchi
             if plan.blocked:
                 raise WindowRefused(f"{derived[name].path}: cannot reconcile {name}: {plan.blocked}; nothing was "
                                     "written for it")
+            expected = ctx.table(name).metadata_location if plan.rebuild else None
             pool = _run_windows(ctx, name, [(w.id, w.pending) for w in plan.pending], workers, pool, results,
-                                on_window)
+                                on_window, into=plan.rebuild)
+            if plan.rebuild:
+                from lakepub.derive.rebuild import finish
+
+                finish(ctx, name, plan.rebuild, expected, batching)
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -97,14 +102,14 @@ def backfill(ws, name: str, first: str, last: str, *, batching: Batching = Batch
 
 
 def _run_windows(ctx: Context, name: str, windows: list[tuple[str, list[str]]], workers: int, pool,
-                 results: list[WindowResult], on_window: OnWindow | None):
+                 results: list[WindowResult], on_window: OnWindow | None, into: str | None = None):
     """Compute ``windows`` ((id, partitions)) of ``name``, in ``workers`` processes; returns the pool."""
     if workers > 1 and len(windows) > 1:
         if pool is None:
             import multiprocessing
 
             pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
-        futures = [pool.submit(_work, str(ctx.ws.config.root), name, labels, wid) for wid, labels in windows]
+        futures = [pool.submit(_work, str(ctx.ws.config.root), name, labels, wid, into) for wid, labels in windows]
         for future in as_completed(futures):
             result = future.result()
             results.append(result)
@@ -112,11 +117,11 @@ def _run_windows(ctx: Context, name: str, windows: list[tuple[str, list[str]]], 
                 on_window(result)
     else:
         for wid, labels in windows:
-            result = compute_window(ctx, name, labels, wid)
+            result = compute_window(ctx, name, labels, wid, into)
             results.append(result)
             if on_window:
                 on_window(result)
-    ctx.forget(name)
+    ctx.forget(into or name)
     return pool
 
 
@@ -137,7 +142,7 @@ def _one_window(ctx: Context, names: list[str], window: str, batching: Batching,
                             "'lakepub plan' again with the same batch options")
     if not found.pending:
         return WindowResult(name, window, [], 0, 0, 0, 0.0)
-    result = compute_window(ctx, name, found.pending, found.id)
+    result = compute_window(ctx, name, found.pending, found.id, into=plan.rebuild)
     if on_window:
         on_window(result)
     return result
@@ -146,7 +151,7 @@ def _one_window(ctx: Context, names: list[str], window: str, batching: Batching,
 _CACHE: dict[str, tuple] = {}  # per worker process: root -> (workspace, context)
 
 
-def _work(root: str, name: str, labels: list[str], window_id: str) -> WindowResult:
+def _work(root: str, name: str, labels: list[str], window_id: str, into: str | None = None) -> WindowResult:
     """One window in a worker process (its workspace and resolved graph kept between windows)."""
     from lakepub.workspace import Workspace
 
@@ -154,4 +159,4 @@ def _work(root: str, name: str, labels: list[str], window_id: str) -> WindowResu
         ws = Workspace.open(root, search_parents=False)
         _CACHE[root] = (ws, Context(ws))
     ctx = _CACHE[root][1]
-    return compute_window(ctx, name, labels, window_id)
+    return compute_window(ctx, name, labels, window_id, into)

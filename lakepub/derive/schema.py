@@ -32,9 +32,19 @@ ROWS = "*"  # the pseudo-column of an input's row set
 
 
 @dataclass(frozen=True)
+class Lineage:
+    """A flat query (one SELECT over input tables) split into its row shape and its projections."""
+
+    shape: str  # the query with its select list replaced (normalised SQL): what decides the rows
+    shape_reads: frozenset[tuple[str, str]]  # (input, column) read outside the select list
+    columns: dict[str, tuple[str, frozenset[tuple[str, str]]]]  # output -> (its expression, what it reads)
+
+
+@dataclass(frozen=True)
 class Resolved:
     schema: pa.Schema  # the published columns
     reads: dict[str, tuple[str, ...]]  # input dataset -> the columns the query reads (with ROWS)
+    lineage: Lineage | None = None  # None: not a flat query, every output column depends on everything
 
 
 def resolve(graph: Graph) -> dict[str, Resolved]:
@@ -54,7 +64,8 @@ def resolve(graph: Graph) -> dict[str, Resolved]:
                     registered.add(upstream)
             schema = _output_schema(con, spec)
             schemas[name] = schema
-            out[name] = Resolved(schema, columns_read(spec, {u: schemas[u].names for u in spec.inputs}))
+            columns = {u: schemas[u].names for u in spec.inputs}
+            out[name] = Resolved(schema, columns_read(spec, columns), column_lineage(spec, columns, schema.names))
     finally:
         con.close()
     return out
@@ -114,3 +125,52 @@ def columns_read(spec: DerivedSpec, columns: dict[str, list[str]]) -> dict[str, 
     except Exception:  # noqa: BLE001 - conservative: everything counts as read
         found = {name: set(columns[name]) for name in spec.inputs}
     return {name: (ROWS, *sorted(cols)) for name, cols in found.items()}
+
+
+def column_lineage(spec: DerivedSpec, columns: dict[str, list[str]], outputs: list[str]) -> Lineage | None:
+    """Which input columns each output column and the row shape read, for a flat query: one
+    SELECT (no set operation, CTE or subquery) over input tables, with GROUP BY or without any
+    aggregate, no DISTINCT, no set-returning function. None otherwise (conservative)."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.optimizer.qualify import qualify
+    from sqlglot.optimizer.scope import build_scope, traverse_scope
+
+    try:
+        tree = qualify(sqlglot.parse_one(spec.query, read="duckdb"), dialect="duckdb",
+                       schema={name: {c: "VARCHAR" for c in cols} for name, cols in columns.items()})
+        if not isinstance(tree, exp.Select) or tree.args.get("distinct") or len(list(traverse_scope(tree))) != 1:
+            return None
+        root = build_scope(tree)
+        if root is None or not all(isinstance(src, exp.Table) for src in root.sources.values()):
+            return None
+        inputs = {alias: src.name for alias, src in root.sources.items()}
+        lower = {name: {c.lower(): c for c in cols} for name, cols in columns.items()}
+        grouped = tree.args.get("group") is not None
+        projections = tree.expressions
+        if any(p.find(exp.Unnest, exp.Explode) for p in projections):
+            return None
+        if not grouped and any(p.find(exp.AggFunc) and not p.find(exp.Window) for p in projections):
+            return None
+
+        def reads(node) -> frozenset[tuple[str, str]]:
+            found = set()
+            for col in node.find_all(exp.Column):
+                name = inputs.get(col.table)
+                if name is None or col.name.lower() not in lower[name]:
+                    raise ValueError(col.sql())
+                found.add((name, lower[name][col.name.lower()]))
+            return frozenset(found)
+
+        shape = tree.copy()
+        shape.set("expressions", [exp.Literal.number(1)])
+        by_name = {p.alias_or_name.lower(): p for p in projections}
+        out = {}
+        for name in outputs:
+            p = by_name.get(name.lower())
+            if p is None:
+                return None
+            out[name] = (p.sql(dialect="duckdb", normalize=True), reads(p))
+        return Lineage(shape.sql(dialect="duckdb", normalize=True), reads(shape), out)
+    except Exception:  # noqa: BLE001 - conservative: no lineage
+        return None

@@ -79,6 +79,7 @@ class DatasetPlan:
     reasons: list[str] = field(default_factory=list)
     windows: list[Window] = field(default_factory=list)
     blocked: str | None = None
+    rebuild: str | None = None  # the table a new data version is built into offline (rebuild.py)
 
     @property
     def pending(self) -> list[Window]:
@@ -87,7 +88,7 @@ class DatasetPlan:
     def as_dict(self) -> dict[str, Any]:
         return {"dataset": self.dataset, "kind": self.kind, "current_version": self.current_version,
                 "desired_version": self.desired_version, "change": self.change, "reasons": self.reasons,
-                "blocked": self.blocked, "pending_partitions": sum(len(w.pending) for w in self.windows),
+                "blocked": self.blocked, "rebuild": self.rebuild, "pending_partitions": sum(len(w.pending) for w in self.windows),
                 "windows": [w.as_dict() for w in self.pending]}
 
 
@@ -257,6 +258,13 @@ def plan_dataset(ctx: Context, name: str, batching: Batching = Batching()) -> Da
     if missing:
         plan.blocked = f"input {missing[0]} has no published snapshot yet"
         return plan
+    if change == "breaking" and table is not None and table.metadata.current_snapshot_id is not None:
+        # A new data version is built offline beside the published table, then swapped in.
+        from lakepub.derive.rebuild import rebuild_name
+
+        plan.rebuild = rebuild_name(name, desired.data_version)
+        table = ctx.table(plan.rebuild)
+        actual, _ = actual_state(table)
     if table is not None:
         mismatch = schema_mismatch(ctx, name, table)
         if mismatch:

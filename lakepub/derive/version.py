@@ -18,7 +18,10 @@ a column a downstream does not read leaves the downstream's data version alone. 
 version hashes the rows' shape (kind, group_by or key, entity and its key/version/deleted roles)
 with what the column is computed from (the measure, or the field, and the contract types of the
 fields it reads); the pseudo-column ``*`` (the row set) hashes the shape alone. A derived
-dataset's columns all take its data version (one grain per derived dataset: documented limit).
+dataset's column hashes its row shape (its query without the select list, what that reads, and
+its inputs' row sets) with its own expression and the versions of the columns that expression
+reads (sqlglot, ``schema.column_lineage``); for a query that is not one flat SELECT (CTEs,
+subqueries, set operations, DISTINCT) every column takes the dataset's data version.
 A contract edit that keeps the fields a column reads and the entity's roles therefore changes
 the base dataset's data version but not its column versions.
 
@@ -96,7 +99,7 @@ def derived_version(spec: DerivedSpec, resolved: Resolved, upstream_columns: dic
     data_version = digest({"definition": definition, "upstream": upstream})
     full = digest({"semantic": own, "lookback": spec.lookback, "description": spec.description,
                    "owner": spec.owner, "schedule": spec.schedule})
-    columns = {ROWS: data_version, **{f.name: data_version for f in resolved.schema}}
+    columns = _column_versions(spec, resolved, upstream_columns, data_version)
     return Version(data_version, columns, definition=definition, upstream=upstream, definition_sha=full)
 
 
@@ -106,4 +109,26 @@ def versions(graph: Graph, resolved: dict[str, Resolved]) -> dict[str, Version]:
     for name in graph.order:
         spec = graph.derived[name]
         out[name] = derived_version(spec, resolved[name], {u: out[u].columns for u in spec.inputs})
+    return out
+
+
+def _column_versions(spec: DerivedSpec, resolved: Resolved, upstream_columns: dict[str, dict[str, str]],
+                     data_version: str) -> dict[str, str]:
+    """Per output column: its expression and the upstream columns it reads, with the row shape
+    (the query without its select list, and what that reads); every column takes the data
+    version where the query is not flat (``schema.column_lineage``)."""
+    lineage = resolved.lineage
+    if lineage is None:
+        return {ROWS: data_version, **{f.name: data_version for f in resolved.schema}}
+
+    def versions_of(reads) -> dict[str, str]:
+        return {f"{n}.{c}": upstream_columns[n].get(c, upstream_columns[n].get(ROWS, "")) for n, c in sorted(reads)}
+
+    shape = {"shape": lineage.shape, "inputs": {n: str(i) for n, i in spec.inputs.items()},
+             "partition": str(spec.partition), "reads": versions_of(lineage.shape_reads),
+             "rows": {n: upstream_columns[n].get(ROWS, "") for n in sorted(spec.inputs)}}
+    out = {ROWS: digest(shape)}
+    types = {f.name: str(f.type) for f in resolved.schema}
+    for name, (expression, reads) in lineage.columns.items():
+        out[name] = digest({**shape, "column": expression, "type": types[name], "column_reads": versions_of(reads)})
     return out
