@@ -14,13 +14,19 @@ file and key. Where sqlglot cannot qualify a query, every column of every input 
 (conservative: more data-version changes, never fewer). Every input also "reads" its row set
 (the pseudo-column ``*``), whatever columns it reads.
 
-Cost: one DuckDB connection per resolution and one ``LIMIT 0`` query and one sqlglot qualify per
-derived dataset (a few ms each).
+Cost: one DuckDB connection per resolution and one ``LIMIT 0`` query and two sqlglot qualify per
+derived dataset (~10 ms each: 1.0 s for 100 datasets), paid once per change of the definitions:
+the result is cached in ``.lakepub/derive/resolved.json`` under the sha256 of what it depends on.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -47,8 +53,22 @@ class Resolved:
     lineage: Lineage | None = None  # None: not a flat query, every output column depends on everything
 
 
-def resolve(graph: Graph) -> dict[str, Resolved]:
-    """Every derived dataset's columns and reads (ConfigError naming file and key)."""
+def resolve(graph: Graph, cache_dir: Path | None = None) -> dict[str, Resolved]:
+    """Every derived dataset's columns and reads (ConfigError naming file and key).
+
+    A pure function of the derived definitions and the base datasets' columns: with
+    ``cache_dir`` the result is kept in ``<cache_dir>/resolved.json`` under the sha256 of those,
+    so a routine run does not pay DuckDB and sqlglot again (~10 ms per derived dataset)."""
+    key = _cache_key(graph)
+    cached = _load(cache_dir, key)
+    if cached is not None:
+        return cached
+    out = _resolve(graph)
+    _store(cache_dir, key, out)
+    return out
+
+
+def _resolve(graph: Graph) -> dict[str, Resolved]:
     import duckdb
 
     con = duckdb.connect(":memory:")
@@ -174,3 +194,59 @@ def column_lineage(spec: DerivedSpec, columns: dict[str, list[str]], outputs: li
         return Lineage(shape.sql(dialect="duckdb", normalize=True), reads(shape), out)
     except Exception:  # noqa: BLE001 - conservative: no lineage
         return None
+
+
+# --- the cache ----------------------------------------------------------------------------------
+
+CACHE_FORMAT = 1
+
+
+def _cache_key(graph: Graph) -> str:
+    doc = {"format": CACHE_FORMAT,
+           "base": {n: str(s.kind.output_schema()) for n, s in sorted(graph.base.items())},
+           "derived": [[n, graph.derived[n].query, {i: str(v) for i, v in graph.derived[n].inputs.items()},
+                        str(graph.derived[n].partition)] for n in graph.order]}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _load(cache_dir: Path | None, key: str) -> dict[str, Resolved] | None:
+    if cache_dir is None:
+        return None
+    try:
+        doc = json.loads((cache_dir / "resolved.json").read_text(encoding="utf-8"))
+        if doc.get("key") != key:
+            return None
+        out = {}
+        for name, r in doc["datasets"].items():
+            schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(r["schema"])))
+            lineage = None
+            if r["lineage"] is not None:
+                lin = r["lineage"]
+                lineage = Lineage(lin["shape"], frozenset(tuple(x) for x in lin["shape_reads"]),
+                                  {c: (e, frozenset(tuple(x) for x in reads)) for c, (e, reads) in lin["columns"].items()})
+            out[name] = Resolved(schema, {i: tuple(cols) for i, cols in r["reads"].items()}, lineage)
+        return out
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+        return None  # no cache, or not one we wrote: resolve again
+
+
+def _store(cache_dir: Path | None, key: str, resolved: dict[str, Resolved]) -> None:
+    if cache_dir is None:
+        return
+    doc = {"key": key, "datasets": {}}
+    for name, r in resolved.items():
+        lin = r.lineage
+        doc["datasets"][name] = {
+            "schema": base64.b64encode(r.schema.serialize().to_pybytes()).decode("ascii"),
+            "reads": {i: list(cols) for i, cols in r.reads.items()},
+            "lineage": None if lin is None else {
+                "shape": lin.shape, "shape_reads": sorted(lin.shape_reads),
+                "columns": {c: [e, sorted(reads)] for c, (e, reads) in lin.columns.items()}},
+        }
+    try:  # best effort, written atomically
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        temporary = cache_dir / f".resolved.json.{os.getpid()}"
+        temporary.write_text(json.dumps(doc), encoding="utf-8")
+        os.replace(temporary, cache_dir / "resolved.json")
+    except OSError:
+        pass

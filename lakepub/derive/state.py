@@ -112,7 +112,7 @@ class Context:
         self.ws = ws
         config = ws.config
         self.graph = Graph(dict(config.datasets), dict(config.derived), list(config.derived))
-        self.resolved: dict[str, Resolved] = resolve(self.graph)
+        self.resolved: dict[str, Resolved] = resolve(self.graph, config.root / ".lakepub" / "derive")
         self.versions: dict[str, Version] = versions(self.graph, self.resolved)
         self._tables: dict[str, Any] = {}
         self._checksums: dict[str, dict[str, str]] = {}
