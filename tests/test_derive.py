@@ -309,8 +309,12 @@ def test_base_commands_keep_working_and_name_derived_datasets(ws_path: Path, cli
     assert res.code == 2 and "derived" in res.err and "reconcile" in res.err, res.err
     res = cli("query", "SELECT * FROM orders_monthly")
     assert res.code == 2 and "lakepub reconcile orders_monthly" in res.err, res.err
+    res = cli("reconcile", "orders_daily")
+    assert res.code == 2 and "base dataset" in res.err and "lakepub run orders_daily" in res.err, res.err
     _ok(cli("reconcile", "orders_monthly"))
     assert _rows(cli, "SELECT count(*) AS n FROM orders_monthly") == [{"n": 4}]
+    _ok(cli("status"))
+    _ok(cli("verify", "orders_daily"))
 
 
 def test_lookback_recomputes_the_newest_partitions(ws_path: Path, cli):

@@ -102,7 +102,8 @@ def run_query(ctx: Context, name: str, labels: list[str]) -> pa.Table:
     try:
         for upstream, inp in spec.inputs.items():
             source = views.resolve(ctx.table(upstream), cache).table_sql()
-            where = "" if inp.expr is None or labels == [WHOLE] else f" WHERE {_filter(inp.expr, labels)}"
+            where = "" if inp.expr is None or labels == [WHOLE] else \
+                f" WHERE {_filter(inp.expr, labels, _column_type(ctx, upstream, inp.expr.column))}"
             con.execute(f"CREATE OR REPLACE TEMP VIEW {duck.name(upstream)} AS SELECT * FROM {source}{where}")
         try:
             result = con.execute(spec.query).to_arrow_table()
@@ -114,7 +115,23 @@ def run_query(ctx: Context, name: str, labels: list[str]) -> pa.Table:
     return result.select(schema.names).cast(schema)
 
 
-def _filter(expr, labels: list[str]) -> str:
+def _column_type(ctx: Context, dataset: str, column: str) -> pa.DataType:
+    spec = ctx.graph.base.get(dataset)
+    schema = spec.kind.output_schema() if spec is not None else ctx.resolved[dataset].schema
+    return schema.field(column).type
+
+
+def _literal(day, arrow: pa.DataType) -> str:
+    """A day boundary as a literal of the column's type: timestamps at UTC midnight, as Iceberg's
+    day/month/year transforms cut them (whatever DuckDB's session time zone)."""
+    if pa.types.is_timestamp(arrow) and arrow.tz is not None:
+        return f"TIMESTAMPTZ '{day.isoformat()} 00:00:00+00'"
+    if pa.types.is_timestamp(arrow):
+        return f"TIMESTAMP '{day.isoformat()} 00:00:00'"
+    return f"DATE '{day.isoformat()}'"
+
+
+def _filter(expr, labels: list[str], arrow: pa.DataType) -> str:
     from lakepub import duck
 
     column = duck.name(expr.column)
@@ -128,7 +145,7 @@ def _filter(expr, labels: list[str]) -> str:
             spans[-1][1] = end
         else:
             spans.append([start, end])
-    return "(" + " OR ".join(f"({column} >= DATE '{s.isoformat()}' AND {column} < DATE '{e.isoformat()}')"
+    return "(" + " OR ".join(f"({column} >= {_literal(s, arrow)} AND {column} < {_literal(e, arrow)})"
                              for s, e in spans) + ")"
 
 

@@ -23,6 +23,7 @@ from typing import Callable
 from lakepub.derive.compute import WindowRefused, WindowResult, compute_window
 from lakepub.derive.model import upstream_of
 from lakepub.derive.state import Batching, Context, DatasetPlan, plan_dataset
+from lakepub.errors import UserError
 
 OnPlan = Callable[[DatasetPlan], None]
 OnWindow = Callable[[WindowResult], None]
@@ -35,9 +36,9 @@ def reconcile(ws, names: list[str] | None = None, *, batching: Batching = Batchi
     derived = ctx.graph.derived
     for name in names or ():
         if name not in derived:
-            ws.config.dataset(name)  # unknown: exit 2; a base dataset: this says it is not derived
-            raise WindowRefused(f"dataset '{name}' is a base dataset: 'lakepub run {name}' publishes it; "
-                                "reconcile computes derived datasets (projection.kind: sql)")
+            ws.config.dataset(name)  # unknown: exit 2
+            raise UserError(f"dataset '{name}' is a base dataset: 'lakepub run {name}' publishes it; "
+                            "reconcile computes derived datasets (projection.kind: sql)")
     if window is not None:
         return [_one_window(ctx, names or [], window, batching, on_plan, on_window)]
     targets = upstream_of(derived, set(names)) if names else set(derived)
@@ -71,7 +72,7 @@ def backfill(ws, name: str, first: str, last: str, *, batching: Batching = Batch
     ctx = Context(ws)
     if name not in ctx.graph.derived:
         ws.config.dataset(name)
-        raise WindowRefused(f"dataset '{name}' is a base dataset: backfill recomputes derived datasets")
+        raise UserError(f"dataset '{name}' is a base dataset: backfill recomputes derived datasets")
     plan = plan_dataset(ctx, name, batching)
     if on_plan:
         on_plan(plan)
@@ -81,7 +82,7 @@ def backfill(ws, name: str, first: str, last: str, *, batching: Batching = Batch
         raise WindowRefused(f"{name} has a new data version ({'; '.join(plan.reasons)}): a backfill recomputes "
                             "partitions under the published one; run 'lakepub reconcile' to move to the new one")
     if first > last:
-        raise WindowRefused(f"--from {first} is after --to {last}")
+        raise UserError(f"--from {first} is after --to {last}")
     windows = []
     for w in plan.windows:
         chosen = [label for label in w.partitions if first <= label <= last]
