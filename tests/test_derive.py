@@ -475,3 +475,28 @@ def test_offline_rebuild_is_invisible_until_the_swap_and_resumes_after_a_crash(w
                for n, p in _plan(cli).items() if n != "orders_daily")
     tables = {t["identifier"] for t in _ok(cli("tables", "--format", "json")).json()}
     assert not any("__rebuild_" in t for t in tables)
+
+
+def test_a_rebuild_with_lookback_completes_and_catches_up_with_new_input(ws_path: Path, cli):
+    from lakepub.derive.reconcile import reconcile
+    from lakepub.workspace import Workspace
+
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, {**MONTHLY, "lookback": 1})
+    _ok(cli("reconcile"))
+    changed = {**MONTHLY, "lookback": 1, "projection": {**MONTHLY["projection"], "query": MONTHLY["projection"][
+        "query"].replace("sum(orders) AS orders", "sum(orders) AS orders, min(day) AS first_day")}}
+    _define(ws_path, changed)
+    published = []
+
+    def late_data(result) -> None:  # new input lands while the first window of the rebuild commits
+        if not published:
+            published.append(1)
+            _publish(cli, ws_path, [_order("Z", 1, "2025-11-20", 77)])
+
+    with Workspace.open(ws_path) as ws:
+        reconcile(ws, ["orders_monthly"], on_window=late_data)
+    assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, changed)
+    plan = _plan(cli)["orders_monthly"]
+    assert plan["change"] == "untouched" and plan["rebuild"] is None
+    assert [w["why"] for w in plan["windows"]] == [{"2025-11": "lookback"}]

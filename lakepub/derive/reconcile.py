@@ -23,7 +23,9 @@ from typing import Callable
 from lakepub.derive.compute import WindowRefused, WindowResult, compute_window
 from lakepub.derive.model import upstream_of
 from lakepub.derive.state import Batching, Context, DatasetPlan, plan_dataset
-from lakepub.errors import UserError
+from lakepub.errors import CommitContention, UserError
+
+REBUILD_ROUNDS = 3  # a rebuild catches up with inputs that moved while it was built, this many times
 
 OnPlan = Callable[[DatasetPlan], None]
 OnWindow = Callable[[WindowResult], None]
@@ -53,12 +55,24 @@ def reconcile(ws, names: list[str] | None = None, *, batching: Batching = Batchi
                 raise WindowRefused(f"{derived[name].path}: cannot reconcile {name}: {plan.blocked}; nothing was "
                                     "written for it")
             expected = ctx.table(name).metadata_location if plan.rebuild else None
-            pool = _run_windows(ctx, name, [(w.id, w.pending) for w in plan.pending], workers, pool, results,
-                                on_window, into=plan.rebuild)
-            if plan.rebuild:
-                from lakepub.derive.rebuild import finish
+            for round in range(REBUILD_ROUNDS):
+                pool = _run_windows(ctx, name, [(w.id, w.pending) for w in plan.pending], workers, pool, results,
+                                    on_window, into=plan.rebuild)
+                if not plan.rebuild:
+                    break
+                for upstream in derived[name].inputs:  # inputs may have moved while it was built
+                    ctx.forget(upstream)
+                plan = plan_dataset(ctx, name, batching)
+                if plan.rebuild and not plan.pending:
+                    from lakepub.derive.rebuild import finish
 
-                finish(ctx, name, plan.rebuild, expected, batching)
+                    finish(ctx, name, plan.rebuild, expected, batching)
+                    break
+                if not plan.rebuild:  # another process swapped it in meanwhile
+                    break
+                if round == REBUILD_ROUNDS - 1:
+                    raise CommitContention(f"{name}: its inputs or its table kept moving while its new data version "
+                                           "was built; the rebuild is kept: run 'lakepub reconcile' again")
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)

@@ -276,7 +276,9 @@ def plan_dataset(ctx: Context, name: str, batching: Batching = Batching()) -> Da
     else:
         labels = sorted(candidates(ctx, spec) | {l for l, a in actual.items() if a.checksum != EMPTY_CHECKSUM})
         desired_fp = {label: fingerprint(ctx, spec, label) for label in labels}
-    lookback = set(sorted(desired_fp)[-spec.lookback:]) if spec.lookback and labels != [WHOLE] else set()
+    # Lookback is for late data in routine runs: a rebuild computes every partition once anyway.
+    lookback = set(sorted(desired_fp)[-spec.lookback:]) if spec.lookback and labels != [WHOLE] and not plan.rebuild \
+        else set()
     why: dict[str, str] = {}
     for label in labels:
         have = actual.get(label)

@@ -12,7 +12,7 @@ One workspace with a current-state base dataset ``facts`` (ROWS live entities ov
 3. a routine ``reconcile`` that finds nothing to do, with DATASETS derived datasets defined
    (each a monthly count over ``facts``), in process (Python API) and as a new process.
 
-    PYTHONPATH=. python scripts/bench/derive.py [--rows N] [--datasets N]
+    PYTHONPATH=. python scripts/bench/derive.py [--rows N] [--datasets N] [--batch N]
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--datasets", type=int, default=100)
+    p.add_argument("--batch", type=int, default=31, help="partitions per window")
     args = p.parse_args()
     from lakepub.derive.reconcile import reconcile
     from lakepub.derive.state import Batching
@@ -77,7 +78,7 @@ def main() -> None:
                 except Exception:  # noqa: BLE001 - first round: no table yet
                     pass
                 t = time.perf_counter()
-                done = reconcile(ws, ["facts_daily"], batching=Batching(partitions=31), workers=workers)
+                done = reconcile(ws, ["facts_daily"], batching=Batching(partitions=args.batch), workers=workers)
                 figures[f"reconcile_workers_{workers}_s"] = time.perf_counter() - t
                 assert sum(len(r.partitions) for r in done) == 365
         with Workspace.open(root) as ws:
