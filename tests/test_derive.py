@@ -473,8 +473,10 @@ def test_offline_rebuild_is_invisible_until_the_swap_and_resumes_after_a_crash(w
     assert _rows(cli, "SELECT * FROM orders_yearly ORDER BY 1") == _oracle(cli, YEARLY) == old_yearly
     assert all(p["pending_partitions"] == 0 and p["change"] == "untouched"
                for n, p in _plan(cli).items() if n != "orders_daily")
-    tables = {t["identifier"] for t in _ok(cli("tables", "--format", "json")).json()}
+    tables = {t["identifier"]: t for t in _ok(cli("tables", "--format", "json")).json()}
     assert not any("__rebuild_" in t for t in tables)
+    monthly = tables["lakepub.orders_monthly"]
+    assert monthly["kind"] == "derived" and monthly["data_version"] == _plan(cli)["orders_monthly"]["current_version"]
 
 
 def test_a_rebuild_with_lookback_completes_and_catches_up_with_new_input(ws_path: Path, cli):
