@@ -5,8 +5,8 @@ A routine run computes only what the plan finds missing or stale (plus each data
 a downstream is planned against its upstreams' new snapshots within the same run. Named datasets
 are reconciled with the derived datasets they read (upstreams first), nothing downstream of them.
 
-``workers > 1`` computes a dataset's windows in a process pool (``spawn``: no DuckDB or catalog
-connection crosses a fork); windows of one dataset are disjoint, so their commits rebase on each
+``workers > 1`` computes a dataset's windows in a process pool (``forkserver``, the compute path
+preloaded: no DuckDB or catalog connection of this process crosses a fork); windows of one dataset are disjoint, so their commits rebase on each
 other (``compute.py``). ``window=ID`` computes exactly that window of one dataset (what a job
 runner fans out from ``lakepub plan --format json``): an id that is not in the current plan is
 refused (exit 3), a window with nothing pending is a no-op.
@@ -123,7 +123,11 @@ def _run_windows(ctx: Context, name: str, windows: list[tuple[str, list[str]]], 
         if pool is None:
             import multiprocessing
 
-            pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+            # forkserver: workers fork from a clean server process that imported the compute path
+            # once (no DuckDB, catalog connection or thread of this process crosses a fork).
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(["lakepub.derive.compute", "lakepub.workspace", "duckdb", "sqlglot"])
+            pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
         futures = [pool.submit(_work, str(ctx.ws.config.root), name, labels, wid, into) for wid, labels in windows]
         for future in as_completed(futures):
             result = future.result()

@@ -81,6 +81,8 @@ def main() -> None:
                 done = reconcile(ws, ["facts_daily"], batching=Batching(partitions=args.batch), workers=workers)
                 figures[f"reconcile_workers_{workers}_s"] = time.perf_counter() - t
                 assert sum(len(r.partitions) for r in done) == 365
+                figures[f"commit_attempts_workers_{workers}"] = sum(r.attempts for r in done)
+                figures[f"window_seconds_workers_{workers}"] = sum(r.seconds for r in done)
         with Workspace.open(root) as ws:
             con = ws.connect()
             out = Path(tmp) / "copy"
