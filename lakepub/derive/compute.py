@@ -73,11 +73,19 @@ def compute_window(ctx: Context, name: str, labels: list[str], window_id: str = 
     target = into or name
     ctx.forget(target)
     table = ensure_table(ctx, name, into)
+    mismatch = schema_mismatch(ctx, name, table)
+    if mismatch:
+        raise WindowRefused(f"{spec.path}: {mismatch}; nothing was written")
+    from lakepub.store.write import submit_partitions
+
+    # Written once: a lost race stages the same files again on the table as it now is (same
+    # schema and partition spec, checked on every attempt).
+    files = submit_partitions(table, {v: r for v, r in parts.items() if r.num_rows})
     for attempt in range(1, MAX_ATTEMPTS + 1):
         mismatch = schema_mismatch(ctx, name, table)
         if mismatch:
             raise WindowRefused(f"{spec.path}: {mismatch}; nothing was written")
-        snapshot_id = _try_commit(ctx, table, name, labels, parts, checksums, prints, version, window_id)
+        snapshot_id = _try_commit(ctx, table, name, labels, parts, files, checksums, prints, version, window_id)
         if snapshot_id is not None:
             ctx.forget(target)
             return WindowResult(name, window_id, labels, rows.num_rows, snapshot_id, attempt,
@@ -202,7 +210,7 @@ def ensure_table(ctx: Context, name: str, into: str | None = None):
     return ctx.table(into or name)
 
 
-def _try_commit(ctx: Context, table, name: str, labels: list[str], parts: dict[Any, pa.Table],
+def _try_commit(ctx: Context, table, name: str, labels: list[str], parts: dict[Any, pa.Table], files: list,
                 checksums: dict[str, str], prints: dict[str, str], version, window_id: str) -> int | None:
     """Stage the window on ``table`` as loaded and commit; the new snapshot id, or None on a lost race."""
     from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode
@@ -232,9 +240,8 @@ def _try_commit(ctx: Context, table, name: str, labels: list[str], parts: dict[A
     )
     props = record.to_properties()
     tx = transaction(table)
-    pieces = {v: r for v, r in parts.items() if r.num_rows}
-    if old or pieces:
-        replace_partitions(tx, table, old, pieces, props)
+    if old or files:
+        replace_partitions(tx, table, old, files, props)
     else:
         tx.append(ctx.resolved[name].schema.empty_table(), snapshot_properties=props)
     try:
