@@ -85,7 +85,8 @@ def compute_window(ctx: Context, name: str, labels: list[str], window_id: str = 
         mismatch = schema_mismatch(ctx, name, table)
         if mismatch:
             raise WindowRefused(f"{spec.path}: {mismatch}; nothing was written")
-        snapshot_id = _try_commit(ctx, table, name, labels, parts, files, checksums, prints, version, window_id)
+        snapshot_id = _try_commit(ctx, table, name, labels, parts, files, checksums, prints, version, window_id,
+                                  attempt)
         if snapshot_id is not None:
             ctx.forget(target)
             return WindowResult(name, window_id, labels, rows.num_rows, snapshot_id, attempt,
@@ -211,10 +212,11 @@ def ensure_table(ctx: Context, name: str, into: str | None = None):
 
 
 def _try_commit(ctx: Context, table, name: str, labels: list[str], parts: dict[Any, pa.Table], files: list,
-                checksums: dict[str, str], prints: dict[str, str], version, window_id: str) -> int | None:
+                checksums: dict[str, str], prints: dict[str, str], version, window_id: str,
+                attempt: int = 1) -> int | None:
     """Stage the window on ``table`` as loaded and commit; the new snapshot id, or None on a lost race."""
     from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode
-    from lakepub.store.record import Counts, PublishRecord
+    from lakepub.store.record import COMMIT_ATTEMPTS, Counts, PublishRecord
     from lakepub.store.write import replace_partitions, transaction
 
     spec = ctx.graph.derived[name]
@@ -236,7 +238,8 @@ def _try_commit(ctx: Context, table, name: str, labels: list[str], parts: dict[A
         counts=Counts(partitions_rewritten=len(checksums)), totals=Counts(), partition_count=len(kept | nonempty),
         data_version=version.data_version,
         extra={PARTITIONS_PROPERTY: json.dumps(prints, sort_keys=True),
-               PARTS_PROPERTY: json.dumps(version.parts(), sort_keys=True), WINDOW_PROPERTY: window_id},
+               PARTS_PROPERTY: json.dumps(version.parts(), sort_keys=True), WINDOW_PROPERTY: window_id,
+               COMMIT_ATTEMPTS: str(attempt)},
     )
     props = record.to_properties()
     tx = transaction(table)

@@ -91,6 +91,12 @@ def test_four_processes_on_postgres_end_equal_to_one(pg_url, make_workspace):
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     assert _state(pg) == _state(single)
+    with Workspace.open(pg) as ws:  # one snapshot per window: none committed twice, none lost
+        table = ws.catalog.load_table(summary_id(ws.config.namespace, "orders_monthly"))
+        committed = [s.summary.additional_properties.get("lakepub.derive-window") for s in table.snapshots()]
+        attempts = [int(s.summary.additional_properties.get("lakepub.commit-attempts", 1)) for s in table.snapshots()]
+    assert sorted(committed) == sorted(windows), committed
+    print(f"commit attempts of the 12 windows: {attempts}")
     rows, checksums = _state(pg)
     assert len(rows) == 12 and sum(r["cents"] for r in rows) == sum(10 + i for i in range(240))
     proc = _cli(pg, "plan", "orders_monthly", "--format", "json")
