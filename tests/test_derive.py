@@ -148,8 +148,13 @@ SALES_DAILY = {"name": "sales_daily", "source": "sales", "contract": "contracts/
                               "measures": {"cents": "sum(cents)", "sales": "count()"}},
                "partition": "month(day)"}
 CUSTOMERS = {"name": "customers_current", "source": "customers", "contract": "contracts/customers@v1.0",
+             "entity": "customers",
              "projection": {"kind": "current", "columns": ["customer_id", "country", "plan"]},
              "partition": "bucket(4, customer_id)"}
+MRR = {"name": "customers_mrr", "source": "customers", "contract": "contracts/customers@v1.0",
+       "entity": "customers", "projection": {"kind": "aggregate", "group_by": ["country", "plan"],
+                                             "measures": {"n": "count()"}},
+       "partition": "identity(country)"}
 BY_COUNTRY = {"name": "sales_by_country",
               "projection": {"kind": "sql", "inputs": {"sales_daily": "month(day)", "customers_current": "all"},
                              "query": "SELECT CAST(date_trunc('month', s.day) AS DATE) AS month, "
@@ -181,7 +186,7 @@ def _publish_to(cli, ws_path, dataset, source, events, start):
 def shop(ws_path: Path, cli):
     (ws_path / "catalog" / "contracts" / "sales@v1.0.yaml").write_text(SALES_CONTRACT)
     (ws_path / "catalog" / "contracts" / "customers@v1.0.yaml").write_text(CUSTOMERS_CONTRACT)
-    _define(ws_path, SALES_DAILY, CUSTOMERS, BY_COUNTRY, TOTALS)
+    _define(ws_path, SALES_DAILY, CUSTOMERS, MRR, BY_COUNTRY, TOTALS)
     _publish_to(cli, ws_path, "sales_daily", "sales",
                 [_sale("s1", "2025-10-01", "c1", 100), _sale("s2", "2025-10-02", "c2", 50),
                  _sale("s3", "2025-11-01", "c1", 7), _sale("s4", "2025-11-03", "c3", 1)], 0)
@@ -502,3 +507,28 @@ def test_a_rebuild_with_lookback_completes_and_catches_up_with_new_input(ws_path
     plan = _plan(cli)["orders_monthly"]
     assert plan["change"] == "untouched" and plan["rebuild"] is None
     assert [w["why"] for w in plan["windows"]] == [{"2025-11": "lookback"}]
+
+
+PER_COUNTRY = {"name": "plans_per_country",
+               "projection": {"kind": "sql", "inputs": {"customers_mrr": "identity(country)"},
+                              "query": "SELECT country, count(*) AS plans, sum(n) AS customers FROM customers_mrr "
+                                       "GROUP BY country"},
+               "partition": "identity(country)"}
+
+
+def test_identity_partitions_with_a_null_partition_and_batch_days(shop: Path, cli):
+    _define(shop, PER_COUNTRY)
+    _publish_to(cli, shop, "customers_current", "customers", [_customer("c4", "FR", "basic")], 3)
+    plan = _plan(cli)["plans_per_country"]
+    assert sorted(p for w in plan["windows"] for p in w["pending"]) == ["DE", "FR", "null"], plan["blocked"]
+    # Calendar windows: days 20362 (2025-10-01) and 20393 (2025-11-01) are both in span 328 of 62 days.
+    windows = _plan(cli, "--batch-days", "62")["sales_by_country"]["windows"]
+    assert [w["pending"] for w in windows] == [["2025-10", "2025-11"]]
+    windows = _plan(cli, "--batch-days", "1")["sales_by_country"]["windows"]
+    assert [w["pending"] for w in windows] == [["2025-10"], ["2025-11"]]
+    _ok(cli("reconcile", "--batch-partitions", "1"))
+    query = f"SELECT * FROM ({PER_COUNTRY['projection']['query']}) ORDER BY 1 NULLS LAST"
+    assert _rows(cli, "SELECT * FROM plans_per_country ORDER BY 1 NULLS LAST") == _rows(cli, query)
+    assert _rows(cli, "SELECT * FROM plans_per_country WHERE country IS NULL") == [
+        {"country": None, "plans": 1, "customers": 1}]
+    assert _plan(cli, "--batch-days", "7")["plans_per_country"]["pending_partitions"] == 0  # by partitions

@@ -15,7 +15,8 @@ import click
 from lakepub.cli_support import format_option, handle_errors
 
 _BATCH_HELP = "Pack partitions into windows of N partitions (default 31)."
-_DAYS_HELP = "Pack partitions into windows spanning N calendar days (day/month/year partitions)."
+_DAYS_HELP = ("Pack partitions into windows spanning N calendar days (datasets partitioned by day, month or "
+              "year; others by partitions).")
 
 
 def _ws(ctx: click.Context):

@@ -37,6 +37,7 @@ from lakepub.derive.state import (EMPTY_CHECKSUM, PARTITIONS_PROPERTY, PARTS_PRO
 from lakepub.errors import BlockedError, CommitContention
 
 MAX_ATTEMPTS = 12
+NULL_LABEL = "null"  # Iceberg's human string of a null partition value
 
 
 class WindowRefused(BlockedError):
@@ -144,9 +145,13 @@ def _filter(expr, labels: list[str], arrow: pa.DataType) -> str:
     from lakepub import duck
 
     column = duck.name(expr.column)
+    terms = [f"{column} IS NULL"] if NULL_LABEL in labels else []  # the partition of null values
+    labels = [label for label in labels if label != NULL_LABEL]
     if expr.kind == "identity":
-        values = ", ".join("'" + label.replace("'", "''") + "'" for label in labels)
-        return f"CAST({column} AS VARCHAR) IN ({values})"
+        if labels:
+            values = ", ".join("'" + label.replace("'", "''") + "'" for label in labels)
+            terms.append(f"CAST({column} AS VARCHAR) IN ({values})")
+        return "(" + " OR ".join(terms or ["FALSE"]) + ")"
     spans: list[list] = []
     for label in labels:  # consecutive partitions merge into one range
         start, end = label_range(expr.kind, label)
@@ -154,8 +159,8 @@ def _filter(expr, labels: list[str], arrow: pa.DataType) -> str:
             spans[-1][1] = end
         else:
             spans.append([start, end])
-    return "(" + " OR ".join(f"({column} >= {_literal(s, arrow)} AND {column} < {_literal(e, arrow)})"
-                             for s, e in spans) + ")"
+    terms += [f"({column} >= {_literal(s, arrow)} AND {column} < {_literal(e, arrow)})" for s, e in spans]
+    return "(" + " OR ".join(terms or ["FALSE"]) + ")"
 
 
 def _partitions(ctx: Context, name: str, rows: pa.Table, labels: list[str]) -> tuple[dict[Any, pa.Table], dict[str, str]]:

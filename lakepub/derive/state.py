@@ -39,7 +39,6 @@ from typing import Any
 from lakepub.derive.model import DerivedSpec, Graph
 from lakepub.derive.schema import Resolved, resolve
 from lakepub.derive.version import Version, digest, versions
-from lakepub.errors import UserError
 from lakepub.projection.partitioning import PartitionBy
 
 WHOLE = "*"
@@ -354,13 +353,11 @@ def schema_mismatch(ctx: Context, name: str, table) -> str | None:
 def pack(name: str, spec: DerivedSpec, labels: list[str], why: dict[str, str], batching: Batching) -> list[Window]:
     """The windows of ``labels`` (sorted), with their pending partitions."""
     chunks: list[list[str]] = []
-    if batching.days and labels != [WHOLE]:
-        if spec.partition.kind not in _GRAIN:
-            raise UserError(f"--batch-days needs a dataset partitioned by day, month or year; {name} is "
-                            f"partitioned by {spec.partition}: use --batch-partitions")
+    if batching.days and labels != [WHOLE] and spec.partition.kind in _GRAIN:  # else: by partitions
         keys: dict[int, list[str]] = {}
         for label in labels:
-            keys.setdefault((_start(label) - date(1970, 1, 1)).days // batching.days, []).append(label)
+            key = -1 if label == "null" else (_start(label) - date(1970, 1, 1)).days // batching.days
+            keys.setdefault(key, []).append(label)
         chunks = [keys[k] for k in sorted(keys)]
     else:
         size = batching.partitions or DEFAULT_BATCH
