@@ -178,7 +178,7 @@ def load_workspace(root: Path) -> WorkspaceConfig:
     resolved = {str(k): _resolve(str(k), os.path.expandvars(str(v)), root) for k, v in parsed.catalog.items()}
     catalog_dir = Path(parsed.catalog_dir)
     derived: dict[str, Any] = {}
-    datasets = load_datasets(root / catalog_dir, derived)
+    datasets = load_datasets(root / catalog_dir, derived, root / ".lakepub" / "derive")
     return WorkspaceConfig(
         root=root,
         catalog=resolved,
@@ -192,19 +192,22 @@ def load_workspace(root: Path) -> WorkspaceConfig:
     )
 
 
-def load_datasets(catalog_dir: Path, derived: dict[str, Any] | None = None) -> dict[str, DatasetSpec]:
+def load_datasets(catalog_dir: Path, derived: dict[str, Any] | None = None,
+                  cache_dir: Path | None = None) -> dict[str, DatasetSpec]:
     """The base datasets of ``catalog/datasets``; derived ones (``projection.kind: sql``) go to
-    ``derived`` (left out when it is None)."""
+    ``derived`` (left out when it is None), their checked queries cached in ``cache_dir``."""
     contracts = {c.schema_ref: c for c in load_contracts(catalog_dir / "contracts")}
+    checked = None
     datasets: dict[str, DatasetSpec] = {}
     folder = catalog_dir / "datasets"
     for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
         document = read_yaml(path)
         if _is_derived(document):
             if derived is not None:
-                from lakepub.derive.model import load_derived
+                from lakepub.derive.model import QueryCache, load_derived
 
-                spec = load_derived(path, document)
+                checked = checked or QueryCache(cache_dir)
+                spec = load_derived(path, document, checked)
                 if spec.name in derived:
                     raise ConfigError(f"{path}: dataset '{spec.name}' is also defined in {derived[spec.name].path}")
                 derived[spec.name] = spec
@@ -236,6 +239,8 @@ def load_datasets(catalog_dir: Path, derived: dict[str, Any] | None = None) -> d
         datasets[raw.name] = DatasetSpec(name=raw.name, source=raw.source, contract=contract, kind=kind,
                                          entity=entity, description=raw.description, path=path)
     _check_entities(datasets)
+    if checked is not None:
+        checked.save()
     return datasets
 
 

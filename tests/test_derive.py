@@ -532,3 +532,13 @@ def test_identity_partitions_with_a_null_partition_and_batch_days(shop: Path, cl
     assert _rows(cli, "SELECT * FROM plans_per_country WHERE country IS NULL") == [
         {"country": None, "plans": 1, "customers": 1}]
     assert _plan(cli, "--batch-days", "7")["plans_per_country"]["pending_partitions"] == 0  # by partitions
+
+
+def test_checked_queries_are_cached_and_a_changed_query_is_checked_again(ws_path: Path, cli):
+    _define(ws_path, MONTHLY)
+    _ok(cli("plan"))
+    cached = json.loads((ws_path / ".lakepub" / "derive" / "queries.json").read_text())
+    assert len(cached) == 1
+    _define(ws_path, {**MONTHLY, "projection": {**MONTHLY["projection"], "query": "SELECT * FROM other"}})
+    res = cli("status")  # every command loads the workspace: the new query is checked
+    assert res.code == 2 and "'other', which is not listed" in res.err, res.err
