@@ -542,3 +542,29 @@ def test_checked_queries_are_cached_and_a_changed_query_is_checked_again(ws_path
     _define(ws_path, {**MONTHLY, "projection": {**MONTHLY["projection"], "query": "SELECT * FROM other"}})
     res = cli("status")  # every command loads the workspace: the new query is checked
     assert res.code == 2 and "'other', which is not listed" in res.err, res.err
+
+
+def test_a_derived_query_runs_sandboxed(ws_path: Path, cli, tmp_path: Path):
+    from dataclasses import replace
+
+    from lakepub.derive.compute import WindowRefused, run_query
+    from lakepub.derive.state import Context
+    from lakepub.workspace import Workspace
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cr3t")
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, {**MONTHLY, "projection": {**MONTHLY["projection"], "query":
+                      "SELECT CAST(date_trunc('month', day) AS DATE) AS month, "
+                      f"(SELECT max(content) FROM read_text('{secret}')) AS n FROM orders_daily GROUP BY 1"}})
+    res = cli("reconcile")  # refused when the workspace loads: it reads a table function
+    assert res.code == 2 and "projection.query" in res.err and "Traceback" not in res.err, res.err
+    _define(ws_path, MONTHLY)
+    with Workspace.open(ws_path) as ws:  # and were the check bypassed, DuckDB could not read the file
+        ctx = Context(ws)
+        spec = ctx.graph.derived["orders_monthly"]
+        ctx.graph.derived["orders_monthly"] = replace(spec, query=spec.query.replace(
+            "sum(orders) AS orders", f"(SELECT max(content) FROM read_text('{secret}')) AS orders"))
+        with pytest.raises(WindowRefused) as refused:
+            run_query(ctx, "orders_monthly", ["2025-10"])
+    assert "s3cr3t" not in str(refused.value) and "Permission" in str(refused.value), str(refused.value)

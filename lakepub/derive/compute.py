@@ -4,7 +4,8 @@
 
 1. loads each input's published table (the catalog's pointer, now) and computes the window's
    input fingerprints from *that* table's recorded checksums, so what is recorded is what was read;
-2. runs the query in DuckDB with each input a view over its published snapshot (``views.py``:
+2. runs the query in DuckDB, sandboxed (``duck.sandboxed``: it can read the inputs' table
+   folders and no other file), with each input a view over its published snapshot (``views.py``:
    its data files as Parquet), a partitioned input filtered to the rows whose ``t(col)`` falls in
    the window (``col >= start AND col < end`` per calendar span, or ``col IN (...)``);
 3. refuses (exit 3, nothing written) rows outside the window's partitions: the query moved rows
@@ -108,7 +109,10 @@ def run_query(ctx: Context, name: str, labels: list[str]) -> pa.Table:
     spec = ctx.graph.derived[name]
     schema = ctx.resolved[name].schema
     cache = ctx.ws.config.root / ".lakepub" / "views"
-    con = duck.connect(ctx.ws.config.catalog)
+    # Sandboxed like `lakepub query`: the query can read the inputs' table folders and nothing else.
+    folders = duck.sandbox_directories(ctx.ws.config.catalog.get("warehouse"),
+                                       [ctx.table(u).metadata_location for u in spec.inputs])
+    con = duck.sandboxed(ctx.ws.config.catalog, folders)
     try:
         for upstream, inp in spec.inputs.items():
             source = views.resolve(ctx.table(upstream), cache).table_sql()
