@@ -568,3 +568,27 @@ def test_a_derived_query_runs_sandboxed(ws_path: Path, cli, tmp_path: Path):
         with pytest.raises(WindowRefused) as refused:
             run_query(ctx, "orders_monthly", ["2025-10"])
     assert "s3cr3t" not in str(refused.value) and "Permission" in str(refused.value), str(refused.value)
+
+
+def test_a_base_dataset_with_a_changed_definition_is_rebuilt_offline(shop: Path, cli):
+    _ok(cli("reconcile"))
+    by_plan = {**MRR, "projection": {**MRR["projection"], "group_by": ["country"]}}  # plan dropped
+    _define(shop, by_plan)
+    res = cli("publish", "customers_mrr", "--events", str(write_jsonl(shop / "c.jsonl", [_customer("c5", "DE")])),
+              "--source", "customers", "--start", '{"p0":3}', "--end", '{"p0":4}')
+    assert res.code == 2 and "group_by" in res.err, res.err  # refused as before: it needs a rebuild
+    plan = _plan(cli)
+    assert plan["customers_mrr"]["change"] == "breaking"
+    before = _rows(cli, "SELECT * FROM customers_mrr ORDER BY 1 NULLS LAST, 2")
+    res = _ok(cli("rebuild", "customers_mrr", "--format", "json"))
+    assert res.json()["data_version"] == plan["customers_mrr"]["desired_version"]
+    oracle = "SELECT country, count(*) AS n FROM customers_current GROUP BY 1 ORDER BY 1 NULLS LAST"
+    assert _rows(cli, "SELECT * FROM customers_mrr ORDER BY 1 NULLS LAST") == _rows(cli, oracle) != before
+    assert _plan(cli)["customers_mrr"]["change"] == "untouched"
+    assert "nothing to rebuild" in _ok(cli("rebuild", "customers_mrr")).out
+    # Maintained with its siblings from then on.
+    _publish_to(cli, shop, "customers_current", "customers", [_customer("c5", "DE")], 3)
+    assert _rows(cli, "SELECT * FROM customers_mrr ORDER BY 1 NULLS LAST") == _rows(cli, oracle)
+    _ok(cli("verify", "customers_mrr", "--deep"))
+    res = cli("rebuild", "sales_by_country")
+    assert res.code == 2 and "derived" in res.err

@@ -173,8 +173,31 @@ def backfill(ctx: click.Context, dataset: str, first: str, last: str, workers: i
                f"{len(results)} window(s)")
 
 
+@click.command(short_help="Rebuild a base dataset under its changed definition.")
+@click.argument("dataset")
+@format_option
+@click.pass_context
+@handle_errors
+def rebuild(ctx: click.Context, dataset: str, fmt: str) -> None:
+    """Rebuild base DATASET, whose definition (projection, partition) or contract changed since it was
+    published, from its entity's ledger into an isolated table, audit it, and swap it in with one
+    catalog transaction that asserts neither the table nor the ledger moved; readers see the old
+    rows until then. Derived datasets are rebuilt by 'lakepub reconcile'."""
+    from lakepub import output
+    from lakepub.derive.rebuild_base import rebuild_base
+
+    result = rebuild_base(_ws(ctx), dataset)
+    if fmt == "json":
+        click.echo(output.to_json(result.as_dict() if result else {"dataset": dataset, "rebuilt": False}))
+    elif result is None:
+        click.echo(f"{dataset} is already published under its definition: nothing to rebuild")
+    else:
+        click.echo(f"rebuilt {dataset}: {result.partitions} partition(s), {result.rows} rows, data version "
+                   f"{(result.previous_version or '-')[:19]} -> {result.data_version[:19]}")
+
+
 def register_cli(main: click.Group) -> None:
-    """Add ``plan``, ``reconcile`` and ``backfill`` to the ``lakepub`` group (idempotent)."""
-    for name, command in (("plan", plan), ("reconcile", reconcile), ("backfill", backfill)):
+    """Add ``plan``, ``reconcile``, ``backfill`` and ``rebuild`` to the ``lakepub`` group (idempotent)."""
+    for name, command in (("plan", plan), ("reconcile", reconcile), ("backfill", backfill), ("rebuild", rebuild)):
         if name not in main.commands:
             main.add_command(command, name)
