@@ -306,8 +306,8 @@ def _plan_base(ctx: Context, name: str) -> DatasetPlan:
     if current == desired.data_version:
         return DatasetPlan(name, "base", current, desired.data_version, "untouched")
     return DatasetPlan(name, "base", current, desired.data_version, "breaking",
-                       ["its definition or contract changed since it was published (a changed definition is "
-                        "refused by 'lakepub run'; an offline rebuild is not available yet)"])
+                       ["its definition or contract changed since it was published ('lakepub run' refuses a "
+                        f"changed definition: 'lakepub rebuild {name}' builds it offline and swaps it in)"])
 
 
 def _change(desired: Version, newest: dict[str, Any] | None) -> tuple[str, list[str]]:
