@@ -335,18 +335,19 @@ def _change(desired: Version, newest: dict[str, Any] | None) -> tuple[str, list[
 
 def schema_mismatch(ctx: Context, name: str, table) -> str | None:
     """Why the published table cannot take the definition's rows in place (None if it can)."""
+    from lakepub.projection.partitioning import iceberg_type
     from lakepub.store.published import partition_of
 
+    # A new data version is rebuilt offline, so under one data version this means the table was
+    # changed by another tool (or its definition edited back and forth by hand).
     have = [(f.name, str(f.field_type)) for f in table.schema().fields]
-    from lakepub.projection.partitioning import iceberg_type
-
     want = [(f.name, str(iceberg_type(f.type))) for f in ctx.resolved[name].schema]
+    advice = "it was changed outside lakepub: drop the table to have 'lakepub reconcile' compute it again"
     if have != want:
-        return (f"the query's columns changed ({', '.join(n for n, _ in want)}) under the published table "
-                f"({', '.join(n for n, _ in have)}): an offline rebuild is needed (not available yet)")
+        return (f"the table's columns ({', '.join(n for n, _ in have)}) are not the query's "
+                f"({', '.join(n for n, _ in want)}): {advice}")
     if partition_of(table) != str(ctx.graph.derived[name].partition):
-        return (f"partition changed ({ctx.graph.derived[name].partition}) under the published table "
-                f"({partition_of(table)}): an offline rebuild is needed (not available yet)")
+        return f"the table's partition ({partition_of(table)}) is not {ctx.graph.derived[name].partition}: {advice}"
     return None
 
 
