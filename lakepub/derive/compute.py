@@ -201,7 +201,7 @@ def ensure_table(ctx: Context, name: str, into: str | None = None):
     from lakepub.store.published import DEFINITION_PROPERTY
 
     table = ctx.table(into or name)
-    if table is not None:
+    if table is not None and (table.metadata.current_snapshot_id is not None or not schema_mismatch(ctx, name, table)):
         return table
     spec = ctx.graph.derived[name]
     schema = Schema(*[NestedField(i, f.name, iceberg_type(f.type), required=False)
@@ -213,6 +213,8 @@ def ensure_table(ctx: Context, name: str, into: str | None = None):
         props[f"write.metadata.metrics.column.{column}"] = "full"
     ident = summary_id(ctx.ws.config.namespace, into or name)
     catalog = ctx.ws.catalog
+    if table is not None:  # created by a run that crashed before its first window, for other columns
+        catalog.drop_table(ident)
     ensure_namespace(catalog, ctx.ws.config.namespace)
     create_or_load(catalog, ident, lambda: catalog.create_table(
         ident, schema=schema, partition_spec=spec.partition.iceberg_spec(schema), properties=props))

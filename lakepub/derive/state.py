@@ -264,7 +264,7 @@ def plan_dataset(ctx: Context, name: str, batching: Batching = Batching()) -> Da
         plan.rebuild = rebuild_name(name, desired.data_version)
         table = ctx.table(plan.rebuild)
         actual, _ = actual_state(table)
-    if table is not None:
+    if table is not None and table.metadata.current_snapshot_id is not None:
         mismatch = schema_mismatch(ctx, name, table)
         if mismatch:
             plan.blocked = mismatch
