@@ -594,5 +594,9 @@ def test_a_base_dataset_with_a_changed_definition_is_rebuilt_offline(shop: Path,
     _publish_to(cli, shop, "customers_current", "customers", [_customer("c5", "DE")], 3)
     assert _rows(cli, "SELECT * FROM customers_mrr ORDER BY 1 NULLS LAST") == _rows(cli, oracle)
     _ok(cli("verify", "customers_mrr", "--deep"))
+    _ok(cli("janitor", "--older-than", "0s", "--retain-last", "1"))
+    _publish_to(cli, shop, "customers_current", "customers", [_customer("c6", None)], 4)
+    assert _rows(cli, "SELECT * FROM customers_mrr ORDER BY 1 NULLS LAST") == _rows(cli, oracle)
+    _ok(cli("verify", "customers_mrr", "--deep"))
     res = cli("rebuild", "sales_by_country")
     assert res.code == 2 and "derived" in res.err
