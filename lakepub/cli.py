@@ -348,6 +348,9 @@ _ops(main)
 from lakepub.contract.gates_cli import register_cli as _gates  # noqa: E402 - rejects
 
 _gates(main)
+from lakepub.derive.cli import register_cli as _derive  # noqa: E402 - plan, reconcile
+
+_derive(main)
 
 from lakepub.lifecycle.cli import register_cli as _lifecycle  # noqa: E402 - state, wait, retire, restore
 

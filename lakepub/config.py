@@ -35,7 +35,7 @@ from pydantic import BaseModel, field_validator
 from sqlalchemy.engine import make_url
 
 from lakepub.contract.model import Contract, load_contracts
-from lakepub.errors import ConfigError, UnknownDataset
+from lakepub.errors import ConfigError, UnknownDataset, UserError
 from lakepub.store.audit import AUDIT_TABLE
 from lakepub.projection.base import Entity, Kind, kind_of
 from lakepub.projection.partitioning import PartitionBy
@@ -87,6 +87,9 @@ class WorkspaceConfig:
     commit: str = "auto"
     key_index: bool = True  # keep the ledger's key index (local warehouses): store/key_index.py
     datasets: dict[str, DatasetSpec] = field(default_factory=dict)
+    # Derived datasets (``projection.kind: sql``, lakepub/derive/model.py), in graph order: they
+    # read published datasets, have no source, contract or entity, and are not in ``datasets``.
+    derived: dict[str, Any] = field(default_factory=dict)
 
     def group(self, dataset: str) -> EntityGroup:
         """The entity ``dataset`` publishes, with every dataset of it (in name order)."""
@@ -105,6 +108,10 @@ class WorkspaceConfig:
         try:
             return self.datasets[name]
         except KeyError:
+            if name in self.derived:
+                raise UserError(f"dataset '{name}' is derived ({self.derived[name].path}: projection.kind: sql): it "
+                                "has no source, events or ledger; 'lakepub plan' and 'lakepub reconcile' compute it "
+                                "from its inputs, 'lakepub query' reads it") from None
             known = ", ".join(sorted(self.datasets)) or "none"
             raise UnknownDataset(
                 f"unknown dataset '{name}' (defined in {self.root / self.catalog_dir / 'datasets'}: {known})"
@@ -170,6 +177,8 @@ def load_workspace(root: Path) -> WorkspaceConfig:
     parsed: _WorkspaceFile = _parse(_WorkspaceFile, raw, path)
     resolved = {str(k): _resolve(str(k), os.path.expandvars(str(v)), root) for k, v in parsed.catalog.items()}
     catalog_dir = Path(parsed.catalog_dir)
+    derived: dict[str, Any] = {}
+    datasets = load_datasets(root / catalog_dir, derived, root / ".lakepub" / "derive")
     return WorkspaceConfig(
         root=root,
         catalog=resolved,
@@ -178,16 +187,32 @@ def load_workspace(root: Path) -> WorkspaceConfig:
         landing=Path(parsed.landing),
         commit=parsed.commit,
         key_index=parsed.key_index,
-        datasets=load_datasets(root / catalog_dir),
+        datasets=datasets,
+        derived=_graph_ordered(datasets, derived),
     )
 
 
-def load_datasets(catalog_dir: Path) -> dict[str, DatasetSpec]:
+def load_datasets(catalog_dir: Path, derived: dict[str, Any] | None = None,
+                  cache_dir: Path | None = None) -> dict[str, DatasetSpec]:
+    """The base datasets of ``catalog/datasets``; derived ones (``projection.kind: sql``) go to
+    ``derived`` (left out when it is None), their checked queries cached in ``cache_dir``."""
     contracts = {c.schema_ref: c for c in load_contracts(catalog_dir / "contracts")}
+    checked = None
     datasets: dict[str, DatasetSpec] = {}
     folder = catalog_dir / "datasets"
     for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
-        raw: _DatasetFile = _parse(_DatasetFile, read_yaml(path), path)
+        document = read_yaml(path)
+        if _is_derived(document):
+            if derived is not None:
+                from lakepub.derive.model import QueryCache, load_derived
+
+                checked = checked or QueryCache(cache_dir)
+                spec = load_derived(path, document, checked)
+                if spec.name in derived:
+                    raise ConfigError(f"{path}: dataset '{spec.name}' is also defined in {derived[spec.name].path}")
+                derived[spec.name] = spec
+            continue
+        raw: _DatasetFile = _parse(_DatasetFile, document, path)
         for key in ("name", "source", "contract"):
             _required(getattr(raw, key), key, path)
         if raw.contract not in contracts:
@@ -214,7 +239,23 @@ def load_datasets(catalog_dir: Path) -> dict[str, DatasetSpec]:
         datasets[raw.name] = DatasetSpec(name=raw.name, source=raw.source, contract=contract, kind=kind,
                                          entity=entity, description=raw.description, path=path)
     _check_entities(datasets)
+    if checked is not None:
+        checked.save()
     return datasets
+
+
+def _is_derived(document: dict[str, Any]) -> bool:
+    projection = document.get("projection")
+    return isinstance(projection, dict) and projection.get("kind") == "sql"
+
+
+def _graph_ordered(datasets: dict[str, DatasetSpec], derived: dict[str, Any]) -> dict[str, Any]:
+    """The derived datasets checked against the whole graph, upstreams first."""
+    if not derived:
+        return {}
+    from lakepub.derive.model import check_graph
+
+    return {name: derived[name] for name in check_graph(datasets, derived)}
 
 
 def entity_of(contract: Contract) -> Entity:

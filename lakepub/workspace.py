@@ -315,7 +315,7 @@ class Workspace:
 
         cache = self.config.root / ".lakepub" / "views"
         out = {}
-        for name in sorted(self.config.datasets):
+        for name in sorted([*self.config.datasets, *self.config.derived]):  # derived: lakepub reconcile's
             table = self._summary_table(name)
             if table is not None and table.metadata.current_snapshot_id is not None and _retirement(table) is None:
                 out[name] = views.resolve(table, cache)  # a retired dataset has no view
@@ -344,10 +344,15 @@ class Workspace:
         except duckdb.Error as exc:
             message = " ".join(str(exc).split())
             unpublished = [n for n in self.config.datasets if n not in published and n in message]
-            if isinstance(exc, duckdb.CatalogException) and unpublished and (
-                    when := _retirement(self._summary_table(unpublished[0]))) is not None:
-                raise QueryError(f"dataset '{unpublished[0]}' is retired since {when} and hidden from queries; "
-                                 f"run 'lakepub restore {unpublished[0]}' to read it again") from None
+            waiting = [n for n in self.config.derived if n not in published and n in message]
+            missing = unpublished or waiting
+            if isinstance(exc, duckdb.CatalogException) and missing and (
+                    when := _retirement(self._summary_table(missing[0]))) is not None:
+                raise QueryError(f"dataset '{missing[0]}' is retired since {when} and hidden from queries; "
+                                 f"run 'lakepub restore {missing[0]}' to read it again") from None
+            if isinstance(exc, duckdb.CatalogException) and waiting and not unpublished:
+                raise QueryError(f"derived dataset '{waiting[0]}' has not been computed yet; "
+                                 f"run 'lakepub reconcile {waiting[0]}' first") from None
             if isinstance(exc, duckdb.CatalogException) and unpublished:
                 raise QueryError(f"dataset '{unpublished[0]}' has no published snapshot yet; "
                                  f"run 'lakepub run {unpublished[0]}' or 'lakepub publish' first") from None
@@ -399,7 +404,8 @@ class Workspace:
         return restore(self, dataset)
 
     def _summary_table(self, dataset: str):
-        self.dataset(dataset)
+        if dataset not in self.config.derived:
+            self.dataset(dataset)
         try:
             return self.catalog.load_table(summary_id(self.config.namespace, dataset))
         except NoSuchTableError:

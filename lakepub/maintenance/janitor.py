@@ -154,10 +154,13 @@ def targets(ws: Workspace, datasets: Sequence[str] = ()) -> list[Target]:
     """The tables to clean: the published tables of the named datasets and their entities' ledgers,
     each ledger once (all, plus the audit table, if none are named)."""
     ns = ws.config.namespace
-    names = list(dict.fromkeys(datasets)) or sorted(ws.config.datasets)
+    names = list(dict.fromkeys(datasets)) or [*sorted(ws.config.datasets), *sorted(ws.config.derived)]
     out: list[Target] = []
     ledgers: set[str] = set()
     for name in names:
+        if name in ws.config.derived:  # a derived dataset (lakepub reconcile's): a published table, no ledger
+            out.append(Target(summary_id(ns, name), "published", name))
+            continue
         ws.dataset(name)  # UnknownDataset (exit 2) for a typo
         out.append(Target(summary_id(ns, name), "published", name))
         group = ws.config.group(name)

@@ -1,20 +1,19 @@
 """The data version of a published dataset: one sha256 for what its published rows mean.
 
 Invariant: two snapshots have the same data version exactly when their rows were computed under
-the same meaning, i.e. the same recorded definition (the projection kind's ``describe()`` and the
-entity, table property ``lakepub.definition``: what ``publish/guards.py`` holds the YAML to, with
-``DefinitionChanged`` on any difference) and the same contract content (``lakepub.contract-sha256``,
-the sha256 of the contract's canonical form recorded on every published snapshot). It changes
-when the contract file is edited in place, never when data arrives.
+the same meaning. Every publish records it on its snapshot (``lakepub.data-version``, base
+datasets by the publisher, derived datasets by ``lakepub reconcile``), and ``of_dataset`` (what
+``lakepub metrics``, ``lakepub tables`` and the sensors read) returns the recorded one.
 
-This is the interim definition: issue 14 will define the data version as a sha256 over the
-canonical semantic definition chained with the upstreams' versions, and will replace ``compute``
-(every caller, ``lakepub metrics`` and ``lakepub tables``, goes through this module). Tables that
-predate the recorded definition (the original ``orders_daily``) use the definition as the YAML
-declares it, which is what their schema and partition spec were checked against; records that
-predate the contract hash hash ``null`` for it.
+The definition lives in ``lakepub/derive/version.py`` (issue 14): for a base dataset, sha256 over
+the recorded definition (the projection kind's ``describe()`` and the entity, table property
+``lakepub.definition``, what ``publish/guards.py`` holds the YAML to) and the contract content
+(``lakepub.contract-sha256``), which is ``compute`` here, unchanged, so records written before
+the data version was recorded get the same value recomputed; for a derived dataset, sha256 over
+its normalised SQL, columns and partitioning chained with the column versions of the upstream
+columns it reads. Records that predate the contract hash hash ``null`` for it.
 
-Cost: one JSON encoding and one sha256 of a few hundred bytes per dataset.
+Cost: one JSON encoding and one sha256 of a few hundred bytes per dataset (none when recorded).
 """
 
 from __future__ import annotations
@@ -33,11 +32,21 @@ def compute(definition: Mapping[str, Any], contract_sha256: str | None) -> str:
     return PREFIX + hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
+def of_spec(spec) -> str:
+    """The data version a base dataset's definition (its YAML and contract) gives its rows."""
+    from lakepub.store.published import definition_of
+
+    return compute(definition_of(spec), spec.contract.sha256)
+
+
 def of_dataset(table, spec, record) -> str | None:
     """The data version of ``table`` (a dataset's published table) as of ``record`` (its newest
-    lakepub publish record); None before the first publish."""
+    lakepub publish record): the one recorded (``lakepub.data-version``), else, for records of
+    older releases, computed from the recorded definition; None before the first publish."""
     from lakepub.store.published import definition_of, recorded_definition
 
     if record is None:
         return None
+    if record.data_version:
+        return record.data_version
     return compute(recorded_definition(table) or definition_of(spec), record.contract_sha256)

@@ -30,7 +30,7 @@ from lakepub.store.record import latest_record
 
 @dataclass(frozen=True)
 class PublishedTable:
-    kind: str  # "dataset" | "ledger"
+    kind: str  # "dataset" | "derived" | "ledger"
     name: str  # the dataset, or the entity for a ledger
     identifier: str  # namespace.table, as the catalog names it
     metadata_location: str
@@ -44,7 +44,7 @@ class PublishedTable:
 
 
 def published_tables(ws) -> list[PublishedTable]:
-    """Published datasets in name order, then the ledgers of their entities in name order."""
+    """Published datasets in name order, then derived datasets, then the ledgers of the entities."""
     catalog, ns = ws.catalog, ws.config.namespace
     out: list[PublishedTable] = []
     ledgers: dict[str, tuple[list[int], list[str]]] = {}
@@ -64,6 +64,15 @@ def published_tables(ws) -> list[PublishedTable]:
         members.append(name)
         if record is not None and record.ledger_snapshot is not None:
             recorded.append(record.ledger_snapshot)
+    for name in sorted(ws.config.derived):  # derived datasets (lakepub reconcile): no ledger
+        try:
+            table = catalog.load_table(summary_id(ns, name))
+        except NoSuchTableError:
+            continue
+        current = table.metadata.current_snapshot_id
+        if current is not None:
+            out.append(PublishedTable("derived", name, _ident(summary_id(ns, name)), table.metadata_location, current,
+                                      current, of_dataset(table, ws.config.derived[name], latest_record(table))))
     for entity in sorted(ledgers):
         recorded, members = ledgers[entity]
         ident = ledger_id(ns, entity)

@@ -48,6 +48,9 @@ class DatasetWriter:
         self._state: PublishedState | None = None
         self._vetted: int | None = None  # a foreign head whose data were found to be the published data
         self._checked: tuple[str, str] | None = None  # metadata locations whose schemas and definition passed
+        from lakepub.ops.data_version import of_spec
+
+        self.data_version = of_spec(spec)  # recorded on every snapshot it publishes (lakepub.data-version)
 
     def state(self, table: Table) -> PublishedState:
         """The published rows and files: kept from our last publish if still current."""

@@ -260,6 +260,7 @@ class Publisher:
             totals=Counts(),
             ledger_snapshot=record.ledger_snapshot,
             partition_count=writer.partition_count(tables[name], rewrite),
+            data_version=writer.data_version,
         )
         tx, files = writer.stage(tables[name], rewrite, built)
         # The ledger and the dataset it was built beside must not have moved meanwhile.
@@ -427,6 +428,7 @@ class Publisher:
                 ledger_snapshot=ledger_snapshot,
                 partition_count=writer.partition_count(tables[name], rewrites[name]),
                 extra={**timing, **(gate.properties if gate is not None else {})},
+                data_version=writer.data_version,
             )
             staged[name] = writer.stage(tables[name], rewrites[name], record, files[name], txs.get(name))
         changes = [TableChange(ledger, ledger_tx), *(TableChange(tables[n], staged[n][0]) for n in self.writers)]

@@ -264,3 +264,58 @@ def _swap_pointers(catalog: SqlCatalog, staged: list[tuple[tuple[str, ...], str,
             raise OutcomeUnknown(f"catalog did not confirm the commit: {' '.join(str(exc).split())}") from exc
     finally:
         session.close()
+
+
+def swap_table(catalog: Catalog, published: tuple[str, ...], expected: str, rebuilt: tuple[str, ...],
+               unchanged: tuple[tuple[tuple[str, ...], str], ...] = ()) -> str:
+    """The offline rebuild's pointer swap: in ONE database transaction, point ``published`` at
+    ``rebuilt``'s current metadata file (only if ``published`` still points at ``expected``) and
+    drop ``rebuilt``'s catalog entry (only if it did not move either). Readers of ``published``
+    see the old table until the COMMIT and the rebuilt one after it, never a mix; the rebuilt
+    table's files, under its own folder, become the published table's. Returns the new metadata
+    location. ``unchanged``: (table, metadata location) pairs that must not have moved either (a
+    base dataset's ledger: the rebuilt rows are its live states at the recorded positions).
+    CommitConflict if any pointer moved (nothing changed), OutcomeUnknown if the COMMIT was not
+    confirmed.
+    """
+    from sqlalchemy import delete
+
+    sql = require_atomic_commit(catalog)
+    rebuilt_location = catalog.load_table(rebuilt).metadata_location
+    session = Session(sql.engine)
+    try:
+        try:
+            namespace = Catalog.namespace_to_string(Catalog.namespace_from(published))
+            moved = session.execute(
+                update(IcebergTables)
+                .where(IcebergTables.catalog_name == sql.name, IcebergTables.table_namespace == namespace,
+                       IcebergTables.table_name == Catalog.table_name_from(published),
+                       IcebergTables.metadata_location == expected)
+                .values(metadata_location=rebuilt_location, previous_metadata_location=expected)).rowcount
+            dropped = session.execute(
+                delete(IcebergTables)
+                .where(IcebergTables.catalog_name == sql.name,
+                       IcebergTables.table_namespace == Catalog.namespace_to_string(Catalog.namespace_from(rebuilt)),
+                       IcebergTables.table_name == Catalog.table_name_from(rebuilt),
+                       IcebergTables.metadata_location == rebuilt_location)).rowcount
+            for ident, location in unchanged:  # compare-and-set to itself: fails if it moved
+                moved = min(moved, session.execute(
+                    update(IcebergTables)
+                    .where(IcebergTables.catalog_name == sql.name,
+                           IcebergTables.table_namespace == Catalog.namespace_to_string(Catalog.namespace_from(ident)),
+                           IcebergTables.table_name == Catalog.table_name_from(ident),
+                           IcebergTables.metadata_location == location)
+                    .values(metadata_location=location)).rowcount)
+            if moved < 1 or dropped < 1:
+                session.rollback()
+                raise CommitConflict(f"table {'.'.join(published)} or {'.'.join(rebuilt)} was updated by another writer")
+        except OperationalError as exc:
+            session.rollback()
+            raise CommitConflict(" ".join(str(exc.orig).split())) from exc
+        try:
+            session.commit()
+        except Exception as exc:  # noqa: BLE001 - it may or may not have landed
+            raise OutcomeUnknown(f"catalog did not confirm the swap: {' '.join(str(exc).split())}") from exc
+    finally:
+        session.close()
+    return rebuilt_location

@@ -22,6 +22,9 @@ every source, so the data and the positions become visible in the same commit. K
                             builds and in records of older versions
     lakepub.commit-attempts commit attempts of this publish (1: no lost race; each lost race is a
                             retry); absent like publish-started-ms
+    lakepub.data-version    the data version of the rows this snapshot publishes (``sha256:...``,
+                            lakepub/derive/version.py; ``ops/data_version.of_dataset`` reads it);
+                            absent in records of older versions
 
 The checksums cover only the partitions a publish rewrote, and the janitor keeps a checksum record
 only for partitions present in the current data; the partition count is what still tells that a
@@ -43,6 +46,7 @@ from lakepub import positions as pos
 PREFIX = "lakepub."
 PUBLISH_STARTED = "lakepub.publish-started-ms"
 COMMIT_ATTEMPTS = "lakepub.commit-attempts"
+DATA_VERSION = "lakepub.data-version"
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,7 @@ class PublishRecord:
     partition_count: int | None = None  # non-empty partitions after this publish
     contract_sha256: str = ""
     extra: dict[str, str] = field(default_factory=dict)
+    data_version: str = ""
 
     def to_properties(self) -> dict[str, str]:
         props = {
@@ -103,6 +108,8 @@ class PublishRecord:
             props["lakepub.partition-count"] = str(self.partition_count)
         if self.contract_sha256:
             props["lakepub.contract-sha256"] = self.contract_sha256
+        if self.data_version:
+            props[DATA_VERSION] = self.data_version
         props.update(self.extra)
         return props
 
@@ -124,6 +131,7 @@ class PublishRecord:
             ledger_snapshot=int(ledger) if ledger else None,
             partition_count=int(count) if count else None,
             contract_sha256=props.get("lakepub.contract-sha256", ""),
+            data_version=props.get(DATA_VERSION, ""),
         )
 
 

@@ -1,0 +1,268 @@
+"""One window of a derived dataset: computed by DuckDB, committed through the atomic commit.
+
+``compute_window(ctx, D, labels)``:
+
+1. loads each input's published table (the catalog's pointer, now) and computes the window's
+   input fingerprints from *that* table's recorded checksums, so what is recorded is what was read;
+2. runs the query in DuckDB, sandboxed (``duck.sandboxed``: it can read the inputs' table
+   folders and no other file), with each input a view over its published snapshot (``views.py``:
+   its data files as Parquet), a partitioned input filtered to the rows whose ``t(col)`` falls in
+   the window (``col >= start AND col < end`` per calendar span, or ``col IN (...)``);
+3. refuses (exit 3, nothing written) rows outside the window's partitions: the query moved rows
+   across partitions, so its input expressions do not say what a partition reads;
+4. replaces exactly the window's partitions in ONE overwrite snapshot (``store/write.py``),
+   recording the data version, each partition's input fingerprint and checksum (a partition left
+   empty records the empty checksum), and commits it with ``commit_atomically`` (SQL catalogs) or
+   the catalog's own commit, which both assert the table did not move since it was loaded. A
+   lost race (another window of the same dataset committed first) reloads the table and stages
+   the same rows again on it: windows are disjoint, so that is a rebase, not a recomputation.
+
+The ``*`` window (a dataset whose inputs are all ``all``) replaces every partition.
+
+Cost: the query over the window's input rows, one Parquet file per output partition, one
+metadata commit per window.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from lakepub.derive.state import (EMPTY_CHECKSUM, PARTITIONS_PROPERTY, PARTS_PROPERTY, WHOLE, WINDOW_PROPERTY, Context, fingerprint,
+                                  label_range, schema_mismatch)
+from lakepub.errors import BlockedError, CommitContention
+
+MAX_ATTEMPTS = 12
+NULL_LABEL = "null"  # Iceberg's human string of a null partition value
+
+
+class WindowRefused(BlockedError):
+    """A window cannot be computed or committed as asked; nothing was written."""
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    dataset: str
+    window: str
+    partitions: list[str]
+    rows: int
+    snapshot_id: int
+    attempts: int
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"dataset": self.dataset, "window": self.window, "partitions": self.partitions, "rows": self.rows,
+                "snapshot_id": self.snapshot_id, "attempts": self.attempts, "seconds": round(self.seconds, 3)}
+
+
+def compute_window(ctx: Context, name: str, labels: list[str], window_id: str = "",
+                   into: str | None = None) -> WindowResult:
+    """Compute and commit output partitions ``labels`` of derived dataset ``name`` (into its
+    published table, or into table ``into``: an offline rebuild's, ``rebuild.py``)."""
+    started = time.perf_counter()
+    spec = ctx.graph.derived[name]
+    for upstream in spec.inputs:
+        ctx.forget(upstream)  # the inputs as published now: what is read is what is recorded
+    prints = {label: fingerprint(ctx, spec, label) for label in labels}
+    rows = run_query(ctx, name, labels)
+    parts, checksums = _partitions(ctx, name, rows, labels)
+    version = ctx.versions[name]
+    target = into or name
+    ctx.forget(target)
+    table = ensure_table(ctx, name, into)
+    mismatch = schema_mismatch(ctx, name, table)
+    if mismatch:
+        raise WindowRefused(f"{spec.path}: {mismatch}; nothing was written")
+    from lakepub.store.write import submit_partitions
+
+    # Written once: a lost race stages the same files again on the table as it now is (same
+    # schema and partition spec, checked on every attempt).
+    files = submit_partitions(table, {v: r for v, r in parts.items() if r.num_rows})
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        mismatch = schema_mismatch(ctx, name, table)
+        if mismatch:
+            raise WindowRefused(f"{spec.path}: {mismatch}; nothing was written")
+        snapshot_id = _try_commit(ctx, table, name, labels, parts, files, checksums, prints, version, window_id,
+                                  attempt)
+        if snapshot_id is not None:
+            ctx.forget(target)
+            return WindowResult(name, window_id, labels, rows.num_rows, snapshot_id, attempt,
+                                time.perf_counter() - started)
+        time.sleep(min(1.0, 0.02 * 2 ** attempt))
+        ctx.forget(target)
+        table = ctx.table(target)
+    raise CommitContention(f"gave up committing window {window_id or labels[0]} of {name} after {MAX_ATTEMPTS} "
+                           "attempts: other writers kept moving the table; retry")
+
+
+def run_query(ctx: Context, name: str, labels: list[str]) -> pa.Table:
+    """The query's rows for the window, read from the inputs' published snapshots."""
+    import duckdb
+
+    from lakepub import duck, views
+
+    spec = ctx.graph.derived[name]
+    schema = ctx.resolved[name].schema
+    cache = ctx.ws.config.root / ".lakepub" / "views"
+    # Sandboxed like `lakepub query`: the query can read the inputs' table folders and nothing else.
+    folders = duck.sandbox_directories(ctx.ws.config.catalog.get("warehouse"),
+                                       [ctx.table(u).metadata_location for u in spec.inputs])
+    con = duck.sandboxed(ctx.ws.config.catalog, folders)
+    try:
+        for upstream, inp in spec.inputs.items():
+            source = views.resolve(ctx.table(upstream), cache).table_sql()
+            where = "" if inp.expr is None or labels == [WHOLE] else \
+                f" WHERE {_filter(inp.expr, labels, _column_type(ctx, upstream, inp.expr.column))}"
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {duck.name(upstream)} AS SELECT * FROM {source}{where}")
+        try:
+            result = con.execute(spec.query).to_arrow_table()
+        except duckdb.Error as exc:
+            raise WindowRefused(f"{spec.path}: 'projection.query' failed on window {labels[0]}..{labels[-1]}: "
+                                f"{' '.join(str(exc).split())[:300]}") from None
+    finally:
+        con.close()
+    return result.select(schema.names).cast(schema)
+
+
+def _column_type(ctx: Context, dataset: str, column: str) -> pa.DataType:
+    spec = ctx.graph.base.get(dataset)
+    schema = spec.kind.output_schema() if spec is not None else ctx.resolved[dataset].schema
+    return schema.field(column).type
+
+
+def _literal(day, arrow: pa.DataType) -> str:
+    """A day boundary as a literal of the column's type: timestamps at UTC midnight, as Iceberg's
+    day/month/year transforms cut them (whatever DuckDB's session time zone)."""
+    if pa.types.is_timestamp(arrow) and arrow.tz is not None:
+        return f"TIMESTAMPTZ '{day.isoformat()} 00:00:00+00'"
+    if pa.types.is_timestamp(arrow):
+        return f"TIMESTAMP '{day.isoformat()} 00:00:00'"
+    return f"DATE '{day.isoformat()}'"
+
+
+def _filter(expr, labels: list[str], arrow: pa.DataType) -> str:
+    from lakepub import duck
+
+    column = duck.name(expr.column)
+    terms = [f"{column} IS NULL"] if NULL_LABEL in labels else []  # the partition of null values
+    labels = [label for label in labels if label != NULL_LABEL]
+    if expr.kind == "identity":
+        if labels:
+            values = ", ".join("'" + label.replace("'", "''") + "'" for label in labels)
+            terms.append(f"CAST({column} AS VARCHAR) IN ({values})")
+        return "(" + " OR ".join(terms or ["FALSE"]) + ")"
+    spans: list[list] = []
+    for label in labels:  # consecutive partitions merge into one range
+        start, end = label_range(expr.kind, label)
+        if spans and spans[-1][1] == start:
+            spans[-1][1] = end
+        else:
+            spans.append([start, end])
+    terms += [f"({column} >= {_literal(s, arrow)} AND {column} < {_literal(e, arrow)})" for s, e in spans]
+    return "(" + " OR ".join(terms or ["FALSE"]) + ")"
+
+
+def _partitions(ctx: Context, name: str, rows: pa.Table, labels: list[str]) -> tuple[dict[Any, pa.Table], dict[str, str]]:
+    """The rows by Iceberg partition value, and the checksum of every window partition."""
+    from lakepub.identity import RECORDED_CHECKSUM_HEX
+    from lakepub.projection.checksum import partition_checksum
+    from lakepub.publish.published_state import split
+
+    spec = ctx.graph.derived[name]
+    parts = split(rows, spec.partition)
+    by_label = {spec.partition.label(v): v for v in parts}
+    if labels != [WHOLE]:
+        outside = sorted(set(by_label) - set(labels))
+        if outside:
+            raise WindowRefused(
+                f"{spec.path}: the query put rows in partition {outside[0]} while computing {labels[0]}..{labels[-1]} "
+                f"from the input rows of those partitions: its 'projection.inputs' expressions must say which input "
+                "rows each output partition reads; nothing was written")
+    empty = rows.schema.empty_table()
+    wanted = labels if labels != [WHOLE] else sorted(by_label)
+    checksums = {label: partition_checksum(parts[by_label[label]] if label in by_label else empty)[:RECORDED_CHECKSUM_HEX]
+                 for label in wanted}
+    return parts, checksums
+
+
+def ensure_table(ctx: Context, name: str, into: str | None = None):
+    """The derived dataset's published table (or its rebuild table ``into``), created on its first window."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
+
+    from lakepub.projection.partitioning import iceberg_type
+    from lakepub.store.catalog import create_or_load, ensure_namespace
+    from lakepub.store.layout import TABLE_PROPERTIES, summary_id
+    from lakepub.store.published import DEFINITION_PROPERTY
+
+    table = ctx.table(into or name)
+    if table is not None and (table.metadata.current_snapshot_id is not None or not schema_mismatch(ctx, name, table)):
+        return table
+    spec = ctx.graph.derived[name]
+    schema = Schema(*[NestedField(i, f.name, iceberg_type(f.type), required=False)
+                      for i, f in enumerate(ctx.resolved[name].schema, start=1)])
+    props = {**TABLE_PROPERTIES, "write.metadata.metrics.default": "none",
+             DEFINITION_PROPERTY: json.dumps({"kind": "sql", "query": spec.normalized_sql,
+                                              "partition": str(spec.partition)}, sort_keys=True)}
+    for column in spec.partition.columns:
+        props[f"write.metadata.metrics.column.{column}"] = "full"
+    ident = summary_id(ctx.ws.config.namespace, into or name)
+    catalog = ctx.ws.catalog
+    if table is not None:  # created by a run that crashed before its first window, for other columns
+        catalog.drop_table(ident)
+    ensure_namespace(catalog, ctx.ws.config.namespace)
+    create_or_load(catalog, ident, lambda: catalog.create_table(
+        ident, schema=schema, partition_spec=spec.partition.iceberg_spec(schema), properties=props))
+    ctx.forget(into or name)
+    return ctx.table(into or name)
+
+
+def _try_commit(ctx: Context, table, name: str, labels: list[str], parts: dict[Any, pa.Table], files: list,
+                checksums: dict[str, str], prints: dict[str, str], version, window_id: str,
+                attempt: int = 1) -> int | None:
+    """Stage the window on ``table`` as loaded and commit; the new snapshot id, or None on a lost race."""
+    from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode
+    from lakepub.store.record import COMMIT_ATTEMPTS, Counts, PublishRecord
+    from lakepub.store.write import replace_partitions, transaction
+
+    spec = ctx.graph.derived[name]
+    whole = labels == [WHOLE]
+    current = list(table.scan().plan_files()) if table.metadata.current_snapshot_id is not None else []
+    label_of = {}
+    for task in current:
+        value = task.file.partition[0] if len(task.file.partition) else None
+        label_of[task.file.file_path] = spec.partition.label(value)
+    old = [t.file for t in current if whole or label_of[t.file.file_path] in labels]
+    kept = {label_of[t.file.file_path] for t in current if not (whole or label_of[t.file.file_path] in labels)}
+    if whole:  # a partition the query no longer produces is recorded empty
+        checksums = {**{label: EMPTY_CHECKSUM for label in {label_of[t.file.file_path] for t in current}}, **checksums}
+    nonempty = {spec.partition.label(v) for v, r in parts.items() if r.num_rows}
+    record = PublishRecord(
+        batch_id="derive-" + uuid.uuid4().hex,
+        batch={"kind": "derive", "source": "(reconcile)", "window": window_id, "first": labels[0], "last": labels[-1]},
+        positions={}, contract="", schema_id=table.metadata.current_schema_id, checksums=checksums,
+        counts=Counts(partitions_rewritten=len(checksums)), totals=Counts(), partition_count=len(kept | nonempty),
+        data_version=version.data_version,
+        extra={PARTITIONS_PROPERTY: json.dumps(prints, sort_keys=True),
+               PARTS_PROPERTY: json.dumps(version.parts(), sort_keys=True), WINDOW_PROPERTY: window_id,
+               COMMIT_ATTEMPTS: str(attempt)},
+    )
+    props = record.to_properties()
+    tx = transaction(table)
+    if old or files:
+        replace_partitions(tx, table, old, files, props)
+    else:
+        tx.append(ctx.resolved[name].schema.empty_table(), snapshot_properties=props)
+    try:
+        if commit_mode(ctx.ws.catalog, ctx.ws.config.commit) == "atomic":
+            commit_atomically(ctx.ws.catalog, [TableChange(table, tx)])
+        else:
+            commit_in_order(ctx.ws.catalog, [TableChange(table, tx)])
+    except CommitConflict:
+        return None
+    return tx.table_metadata.current_snapshot_id

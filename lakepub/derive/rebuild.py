@@ -1,0 +1,90 @@
+"""Offline rebuild: a new data version is built beside the published table, audited, then swapped in.
+
+When a derived dataset's data version changes (its query, columns, partitioning or an upstream
+column it reads changed), ``lakepub reconcile`` does not rewrite the published table partition by
+partition (readers would see two versions side by side). It builds the new version into an
+isolated table, ``<dataset>__rebuild_<first 12 hex of the data version>``, window by window
+(the same windows, fingerprints and commits as a routine run; no ``lakepub query`` view names
+it), so readers keep reading the old version. When no window is pending, the build is audited:
+
+- every partition the rebuild recorded is read back and its checksum recomputed: it must equal
+  the recorded one, and the rows read must total the rows written;
+- the rebuild's plan must be empty (every candidate partition at the new data version and its
+  inputs' current fingerprints).
+
+Then ONE catalog transaction (``store/commit.swap_table``) points the published table at the
+rebuilt table's metadata, asserting the published pointer is the one the rebuild started from
+(else exit 4: retry; the rebuild is kept and resumes), and drops the rebuild's catalog entry.
+
+Resumable: the rebuild table is named by the data version, so a run that crashed (or a job
+runner's ``--window`` fan-out) leaves committed windows that the next run's plan does not list
+again; the next ``lakepub reconcile DATASET`` computes the rest, audits and swaps. Needs a SQL
+catalog (SQLite, PostgreSQL): elsewhere it is refused (exit 3).
+
+After the swap the published table's files live under the rebuild's folder; the old version's
+folder is no longer any table's (its files stay until removed by hand: the janitor only cleans
+inside table folders). Cost: the whole dataset computed once more, plus one read-back of it.
+"""
+
+from __future__ import annotations
+
+from lakepub.derive.compute import WindowRefused
+from lakepub.derive.state import EMPTY_CHECKSUM, Batching, Context, actual_state, plan_dataset
+from lakepub.errors import CommitContention, VerifyFailed
+
+MARK = "__rebuild_"
+
+
+def rebuild_name(name: str, data_version: str) -> str:
+    return f"{name}{MARK}{data_version.split(':')[-1][:12]}"
+
+
+def finish(ctx: Context, name: str, into: str, expected: str, batching: Batching) -> str:
+    """Audit the complete rebuild ``into`` of ``name`` and swap it in; returns the new metadata
+    location. ``expected``: the published metadata location the rebuild was planned against."""
+    from lakepub.store.commit import CommitConflict, commit_mode, swap_table
+    from lakepub.store.layout import summary_id
+
+    if commit_mode(ctx.ws.catalog, ctx.ws.config.commit) != "atomic":
+        raise WindowRefused(f"{name} has a new data version: an offline rebuild swaps tables in one catalog "
+                            "transaction, which needs a SQL catalog (SQLite or PostgreSQL)")
+    ctx.forget(into)
+    again = plan_dataset(ctx, name, batching)
+    if again.rebuild != into or again.pending:
+        raise WindowRefused(f"the rebuild {into} of {name} is not complete ({sum(len(w.pending) for w in again.pending)} "
+                            "partition(s) pending); run 'lakepub reconcile' again")
+    audit(ctx, name, into)
+    ns = ctx.ws.config.namespace
+    try:
+        location = swap_table(ctx.ws.catalog, summary_id(ns, name), expected, summary_id(ns, into))
+    except CommitConflict as exc:
+        raise CommitContention(f"{name} moved while its rebuild {into} was built ({exc}); the rebuild is kept: "
+                               "run 'lakepub reconcile' again") from exc
+    ctx.forget(name)
+    ctx.forget(into)
+    return location
+
+
+def audit(ctx: Context, name: str, into: str) -> int:
+    """Recompute every recorded partition checksum of the rebuild from its rows; the rows read."""
+    from lakepub.identity import RECORDED_CHECKSUM_HEX
+    from lakepub.projection.checksum import partition_checksum
+    from lakepub.publish.published_state import split
+
+    table = ctx.table(into)
+    spec = ctx.graph.derived[name]
+    schema = ctx.resolved[name].schema
+    rows = table.scan().to_arrow().select(schema.names).cast(schema) if table.metadata.current_snapshot_id \
+        else schema.empty_table()
+    by_label = {spec.partition.label(v): r for v, r in split(rows, spec.partition).items()}
+    recorded, _ = actual_state(table)
+    for label, actual in recorded.items():
+        got = partition_checksum(by_label.get(label, schema.empty_table()))[:RECORDED_CHECKSUM_HEX]
+        if got != actual.checksum:
+            raise VerifyFailed(f"rebuild audit of {name}: partition {label} of {into} has checksum {got}, recorded "
+                               f"{actual.checksum}; the published table was not touched")
+    unrecorded = sorted(set(by_label) - {label for label, a in recorded.items() if a.checksum != EMPTY_CHECKSUM})
+    if unrecorded:
+        raise VerifyFailed(f"rebuild audit of {name}: partition {unrecorded[0]} of {into} holds rows no window "
+                           "recorded; the published table was not touched")
+    return rows.num_rows

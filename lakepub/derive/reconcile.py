@@ -1,0 +1,181 @@
+"""``lakepub reconcile``: every pending window of the derived datasets, in graph order.
+
+A routine run computes only what the plan finds missing or stale (plus each dataset's
+``lookback``): a dataset's windows all commit before any dataset downstream of it is planned, so
+a downstream is planned against its upstreams' new snapshots within the same run. Named datasets
+are reconciled with the derived datasets they read (upstreams first), nothing downstream of them.
+
+``workers > 1`` computes a dataset's windows in a process pool (``forkserver``, the compute path
+preloaded: no DuckDB or catalog connection of this process crosses a fork); windows of one dataset are disjoint, so their commits rebase on each
+other (``compute.py``). ``window=ID`` computes exactly that window of one dataset (what a job
+runner fans out from ``lakepub plan --format json``): an id that is not in the current plan is
+refused (exit 3), a window with nothing pending is a no-op.
+
+Cost: one plan per dataset (checksum records only) plus the windows' queries and commits; a
+worker process pays its imports and one schema resolution (~1 s) once.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Callable
+
+from lakepub.derive.compute import WindowRefused, WindowResult, compute_window
+from lakepub.derive.model import upstream_of
+from lakepub.derive.state import Batching, Context, DatasetPlan, plan_dataset
+from lakepub.errors import CommitContention, UserError
+
+REBUILD_ROUNDS = 3  # a rebuild catches up with inputs that moved while it was built, this many times
+
+OnPlan = Callable[[DatasetPlan], None]
+OnWindow = Callable[[WindowResult], None]
+
+
+def reconcile(ws, names: list[str] | None = None, *, batching: Batching = Batching(), workers: int = 1,
+              window: str | None = None, on_plan: OnPlan | None = None,
+              on_window: OnWindow | None = None) -> list[WindowResult]:
+    ctx = Context(ws)
+    derived = ctx.graph.derived
+    for name in names or ():
+        if name not in derived:
+            ws.config.dataset(name)  # unknown: exit 2
+            raise UserError(f"dataset '{name}' is a base dataset: 'lakepub run {name}' publishes it; "
+                            "reconcile computes derived datasets (projection.kind: sql)")
+    if window is not None:
+        return [_one_window(ctx, names or [], window, batching, on_plan, on_window)]
+    targets = upstream_of(derived, set(names)) if names else set(derived)
+    results: list[WindowResult] = []
+    pool = None
+    try:
+        for name in [n for n in ctx.graph.order if n in targets]:
+            plan = plan_dataset(ctx, name, batching)
+            if on_plan:
+                on_plan(plan)
+            if plan.blocked:
+                raise WindowRefused(f"{derived[name].path}: cannot reconcile {name}: {plan.blocked}; nothing was "
+                                    "written for it")
+            expected = ctx.table(name).metadata_location if plan.rebuild else None
+            for round in range(REBUILD_ROUNDS):
+                pool = _run_windows(ctx, name, [(w.id, w.pending) for w in plan.pending], workers, pool, results,
+                                    on_window, into=plan.rebuild)
+                if not plan.rebuild:
+                    break
+                for upstream in derived[name].inputs:  # inputs may have moved while it was built
+                    ctx.forget(upstream)
+                plan = plan_dataset(ctx, name, batching)
+                if plan.rebuild and not plan.pending:
+                    from lakepub.derive.rebuild import finish
+
+                    finish(ctx, name, plan.rebuild, expected, batching)
+                    break
+                if not plan.rebuild:  # another process swapped it in meanwhile
+                    break
+                if round == REBUILD_ROUNDS - 1:
+                    raise CommitContention(f"{name}: its inputs or its table kept moving while its new data version "
+                                           "was built; the rebuild is kept: run 'lakepub reconcile' again")
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return results
+
+
+def backfill(ws, name: str, first: str, last: str, *, batching: Batching = Batching(), workers: int = 1,
+             on_plan: OnPlan | None = None, on_window: OnWindow | None = None) -> list[WindowResult]:
+    """Recompute the partitions ``first``..``last`` (labels, inclusive) of ``name`` in place under
+    its current data version (inputs repaired), whatever their recorded state; nothing else moves."""
+    ctx = Context(ws)
+    if name not in ctx.graph.derived:
+        ws.config.dataset(name)
+        raise UserError(f"dataset '{name}' is a base dataset: backfill recomputes derived datasets")
+    plan = plan_dataset(ctx, name, batching)
+    if on_plan:
+        on_plan(plan)
+    if plan.blocked:
+        raise WindowRefused(f"cannot backfill {name}: {plan.blocked}; nothing was written")
+    if plan.change == "breaking":
+        raise WindowRefused(f"{name} has a new data version ({'; '.join(plan.reasons)}): a backfill recomputes "
+                            "partitions under the published one; run 'lakepub reconcile' to move to the new one")
+    if first > last:
+        raise UserError(f"--from {first} is after --to {last}")
+    windows = []
+    for w in plan.windows:
+        chosen = [label for label in w.partitions if first <= label <= last]
+        if chosen:
+            windows.append((w.id, chosen))
+    if not windows:
+        raise WindowRefused(f"no partition of {name} between {first} and {last} (partitions: "
+                            f"{plan.windows[0].partitions[0] if plan.windows else 'none'}.."
+                            f"{plan.windows[-1].partitions[-1] if plan.windows else ''})")
+    results: list[WindowResult] = []
+    pool = None
+    try:
+        pool = _run_windows(ctx, name, windows, workers, None, results, on_window)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    return results
+
+
+def _run_windows(ctx: Context, name: str, windows: list[tuple[str, list[str]]], workers: int, pool,
+                 results: list[WindowResult], on_window: OnWindow | None, into: str | None = None):
+    """Compute ``windows`` ((id, partitions)) of ``name``, in ``workers`` processes; returns the pool."""
+    if workers > 1 and len(windows) > 1:
+        if pool is None:
+            import multiprocessing
+
+            # forkserver: workers fork from a clean server process that imported the compute path
+            # once (no DuckDB, catalog connection or thread of this process crosses a fork).
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(["lakepub.derive.compute", "lakepub.workspace", "duckdb", "sqlglot"])
+            pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        futures = [pool.submit(_work, str(ctx.ws.config.root), name, labels, wid, into) for wid, labels in windows]
+        for future in as_completed(futures):
+            result = future.result()
+            results.append(result)
+            if on_window:
+                on_window(result)
+    else:
+        for wid, labels in windows:
+            result = compute_window(ctx, name, labels, wid, into)
+            results.append(result)
+            if on_window:
+                on_window(result)
+    ctx.forget(into or name)
+    return pool
+
+
+def _one_window(ctx: Context, names: list[str], window: str, batching: Batching, on_plan: OnPlan | None,
+                on_window: OnWindow | None) -> WindowResult:
+    if len(names) != 1:
+        raise WindowRefused("--window needs exactly one DATASET: the one 'lakepub plan --format json' listed it under")
+    name = names[0]
+    plan = plan_dataset(ctx, name, batching)
+    if on_plan:
+        on_plan(plan)
+    if plan.blocked:
+        raise WindowRefused(f"cannot reconcile {name}: {plan.blocked}; nothing was written")
+    found = next((w for w in plan.windows if w.id == window), None)
+    if found is None:
+        raise WindowRefused(f"window {window} is not in the plan of {name} (batching {batching.label()}): its "
+                            "partitions changed, or the plan used other --batch-days/--batch-partitions; run "
+                            "'lakepub plan' again with the same batch options")
+    if not found.pending:
+        return WindowResult(name, window, [], 0, 0, 0, 0.0)
+    result = compute_window(ctx, name, found.pending, found.id, into=plan.rebuild)
+    if on_window:
+        on_window(result)
+    return result
+
+
+_CACHE: dict[str, tuple] = {}  # per worker process: root -> (workspace, context)
+
+
+def _work(root: str, name: str, labels: list[str], window_id: str, into: str | None = None) -> WindowResult:
+    """One window in a worker process (its workspace and resolved graph kept between windows)."""
+    from lakepub.workspace import Workspace
+
+    if root not in _CACHE:
+        ws = Workspace.open(root, search_parents=False)
+        _CACHE[root] = (ws, Context(ws))
+    ctx = _CACHE[root][1]
+    return compute_window(ctx, name, labels, window_id, into)

@@ -1,0 +1,401 @@
+"""Desired vs actual, partition by partition: the plan of a derived dataset.
+
+For an output partition P of derived dataset D:
+
+- **desired** = (D's data version, P's *input fingerprint*): a sha256 over, for each input
+  ``name: t(col)``, the checksums its published snapshot records (``lakepub.checksums``, newest
+  per partition) for the upstream partitions that can hold rows with ``t(col) = P``, and for an
+  ``all`` input the checksums of all its partitions;
+- **actual** = what the newest snapshot of D that wrote P recorded: its data version
+  (``lakepub.data-version``) and P's fingerprint (``lakepub.derive-partitions``).
+
+P is *missing* (never computed), *stale* (another data version, or an input fingerprint that
+moved), an *orphan* (computed non-empty, but no input partition maps to it any more), or
+current; ``lookback: N`` recomputes the newest N candidates whatever their state. Candidates are
+the output partitions the inputs' partitions map to: an input partitioned by the same column at
+the same or a finer time grain maps by label (``2025-10-03`` -> ``2025-10``); at a coarser grain
+P reads the one upstream partition its label falls in, and the candidates come from a
+``SELECT DISTINCT`` of the input column (a read of that column); any other input (partitioned
+otherwise) reads all its partitions for every P, candidates again from ``SELECT DISTINCT``. A dataset whose inputs are all ``all`` is one window,
+``*``: every output partition at once.
+
+Windows pack the partitions (every candidate, not only the pending ones) in label order into
+chunks of ``batch_partitions`` or into calendar spans of ``batch_days``; a window's id is the
+sha256 of the dataset and its labels, so ids stay stable while windows complete, and a job
+runner can fan ``lakepub reconcile D --window ID`` out (same batch options as the plan).
+
+Cost: reading the checksum records of each upstream (one walk of its snapshot history) and of D;
+no data is read unless an input is partitioned otherwise than its expression.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from typing import Any
+
+from lakepub.derive.model import DerivedSpec, Graph
+from lakepub.derive.schema import Resolved, resolve
+from lakepub.derive.version import Version, digest, versions
+from lakepub.projection.partitioning import PartitionBy
+
+WHOLE = "*"
+PARTITIONS_PROPERTY = "lakepub.derive-partitions"
+PARTS_PROPERTY = "lakepub.data-version-parts"
+WINDOW_PROPERTY = "lakepub.derive-window"
+EMPTY_CHECKSUM = hashlib.sha256(b"lakepub-partition-v1").hexdigest()[:16]
+_GRAIN = {"day": 10, "month": 7, "year": 4}  # label prefix lengths: 2025-10-03, 2025-10, 2025
+
+
+@dataclass(frozen=True)
+class Actual:
+    data_version: str
+    fingerprint: str
+    checksum: str
+
+
+@dataclass
+class Window:
+    id: str
+    partitions: list[str]  # every partition of the window, in label order
+    pending: list[str] = field(default_factory=list)  # the ones to compute
+    why: dict[str, str] = field(default_factory=dict)  # pending partition -> missing | stale: ... | lookback
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "first": self.partitions[0], "last": self.partitions[-1],
+                "partitions": len(self.partitions), "pending": self.pending, "why": self.why}
+
+
+@dataclass
+class DatasetPlan:
+    dataset: str
+    kind: str  # base | derived
+    current_version: str | None
+    desired_version: str
+    change: str  # new | breaking | non-breaking | untouched
+    reasons: list[str] = field(default_factory=list)
+    windows: list[Window] = field(default_factory=list)
+    blocked: str | None = None
+    rebuild: str | None = None  # the table a new data version is built into offline (rebuild.py)
+
+    @property
+    def pending(self) -> list[Window]:
+        return [w for w in self.windows if w.pending]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"dataset": self.dataset, "kind": self.kind, "current_version": self.current_version,
+                "desired_version": self.desired_version, "change": self.change, "reasons": self.reasons,
+                "blocked": self.blocked, "rebuild": self.rebuild, "pending_partitions": sum(len(w.pending) for w in self.windows),
+                "windows": [w.as_dict() for w in self.pending]}
+
+
+@dataclass(frozen=True)
+class Batching:
+    partitions: int | None = None
+    days: int | None = None
+
+    def label(self) -> str:
+        return f"days={self.days}" if self.days else f"partitions={self.partitions or DEFAULT_BATCH}"
+
+
+DEFAULT_BATCH = 31
+
+
+class Context:
+    """The graph of a workspace with its resolved schemas and desired versions, and the published
+    tables as loaded (``forget`` reloads one after it was reconciled)."""
+
+    def __init__(self, ws):
+        self.ws = ws
+        config = ws.config
+        self.graph = Graph(dict(config.datasets), dict(config.derived), list(config.derived))
+        self.resolved: dict[str, Resolved] = resolve(self.graph, config.root / ".lakepub" / "derive")
+        self.versions: dict[str, Version] = versions(self.graph, self.resolved)
+        self._tables: dict[str, Any] = {}
+        self._checksums: dict[str, dict[str, str]] = {}
+
+    def table(self, name: str):
+        """The published table of ``name`` (None if never published)."""
+        if name not in self._tables:
+            from pyiceberg.exceptions import NoSuchTableError
+
+            from lakepub.store.layout import summary_id
+
+            try:
+                self._tables[name] = self.ws.catalog.load_table(summary_id(self.ws.config.namespace, name))
+            except NoSuchTableError:
+                self._tables[name] = None
+        return self._tables[name]
+
+    def checksums(self, name: str) -> dict[str, str]:
+        """{partition label: recorded checksum} of an upstream's published table."""
+        if name not in self._checksums:
+            from lakepub.store.record import recorded_checksums
+
+            table = self.table(name)
+            self._checksums[name] = recorded_checksums(table) if table is not None else {}
+        return self._checksums[name]
+
+    def forget(self, name: str) -> None:
+        self._tables.pop(name, None)
+        self._checksums.pop(name, None)
+
+    def partition_of(self, name: str) -> PartitionBy:
+        spec = self.graph.base.get(name) or self.graph.derived[name]
+        return spec.partition
+
+
+# --- desired ---------------------------------------------------------------------------------
+
+
+def upstream_map(ctx: Context, spec: DerivedSpec, name: str) -> str | None:
+    """How input ``name``'s partitions map to output labels: ``same`` (a label is an output
+    label), ``finer`` (a label's prefix is), ``coarser`` (P's prefix is the one label P reads;
+    candidates then come from the data), or None (not by label: every P reads all of it)."""
+    expr = spec.inputs[name].expr
+    upstream = ctx.partition_of(name)
+    if expr is None or upstream.column != expr.column:
+        return None
+    if upstream.kind == expr.kind:
+        return "same"
+    if upstream.kind in _GRAIN and expr.kind in _GRAIN and _GRAIN[upstream.kind] > _GRAIN[expr.kind]:
+        return "finer"
+    if upstream.kind in _GRAIN and expr.kind in _GRAIN:
+        return "coarser"
+    return None
+
+
+def candidates(ctx: Context, spec: DerivedSpec) -> set[str]:
+    """The output partitions some input row maps to (non-empty upstream partitions)."""
+    out: set[str] = set()
+    for name, inp in spec.partitioned_inputs.items():
+        mapping = upstream_map(ctx, spec, name)
+        live = [u for u, c in ctx.checksums(name).items() if c != EMPTY_CHECKSUM]
+        if mapping == "same":
+            out.update(live)
+        elif mapping == "finer":
+            out.update(u[:_GRAIN[inp.expr.kind]] for u in live)
+        else:
+            out.update(_distinct_labels(ctx, name, inp.expr))
+    return out
+
+
+def _distinct_labels(ctx: Context, name: str, expr: PartitionBy) -> set[str]:
+    """The labels of ``expr`` over an input's published rows (read with DuckDB)."""
+    table = ctx.table(name)
+    if table is None or table.metadata.current_snapshot_id is None:
+        return set()
+    from lakepub import duck, views
+
+    con = duck.connect(ctx.ws.config.catalog)
+    try:
+        source = views.resolve(table, ctx.ws.config.root / ".lakepub" / "views").table_sql()
+        rows = con.execute(f"SELECT DISTINCT {duck.name(expr.column)} FROM {source}").to_arrow_table()
+    finally:
+        con.close()
+    return {label for label in expr.labels(rows) if label != "null"}
+
+
+def fingerprint(ctx: Context, spec: DerivedSpec, label: str) -> str:
+    """The input fingerprint of output partition ``label`` (``WHOLE``: of the whole dataset)."""
+    parts: dict[str, Any] = {}
+    for name, inp in spec.inputs.items():
+        checks = ctx.checksums(name)
+        mapping = upstream_map(ctx, spec, name) if label != WHOLE else None
+        if mapping == "same":
+            parts[name] = {label: checks.get(label, EMPTY_CHECKSUM)}
+        elif mapping == "finer":
+            n = _GRAIN[inp.expr.kind]
+            parts[name] = {u: c for u, c in sorted(checks.items()) if u[:n] == label and c != EMPTY_CHECKSUM}
+        elif mapping == "coarser":
+            upstream = label[:_GRAIN[ctx.partition_of(name).kind]]
+            parts[name] = {upstream: checks.get(upstream, EMPTY_CHECKSUM)}
+        else:
+            parts[name] = digest(sorted(checks.items()))
+    return digest(parts)
+
+
+# --- actual ----------------------------------------------------------------------------------
+
+
+def actual_state(table) -> tuple[dict[str, Actual], dict[str, Any] | None]:
+    """{label: what the newest snapshot that wrote it recorded}, and the newest record's
+    (data version, parts) (None before the first computed window)."""
+    from lakepub.store.record import published_history
+
+    out: dict[str, Actual] = {}
+    newest = None
+    if table is None:
+        return out, None
+    for snapshot, record in published_history(table):
+        props = snapshot.summary.additional_properties
+        prints = json.loads(props.get(PARTITIONS_PROPERTY, "{}"))
+        if newest is None:
+            newest = {"data_version": record.data_version, "parts": json.loads(props.get(PARTS_PROPERTY, "{}"))}
+        for label, fp in prints.items():
+            if label not in out:
+                out[label] = Actual(record.data_version, fp, record.checksums.get(label, EMPTY_CHECKSUM))
+    return out, newest
+
+
+# --- the plan --------------------------------------------------------------------------------
+
+
+def plan_dataset(ctx: Context, name: str, batching: Batching = Batching()) -> DatasetPlan:
+    if name in ctx.graph.base:
+        return _plan_base(ctx, name)
+    spec = ctx.graph.derived[name]
+    desired = ctx.versions[name]
+    table = ctx.table(name)
+    actual, newest = actual_state(table)
+    change, reasons = _change(desired, newest)
+    plan = DatasetPlan(name, "derived", newest["data_version"] if newest else None, desired.data_version,
+                       change, reasons)
+    missing = [u for u in spec.inputs if (t := ctx.table(u)) is None or t.metadata.current_snapshot_id is None]
+    if missing:
+        plan.blocked = f"input {missing[0]} has no published snapshot yet"
+        return plan
+    if change == "breaking" and table is not None and table.metadata.current_snapshot_id is not None:
+        # A new data version is built offline beside the published table, then swapped in.
+        from lakepub.derive.rebuild import rebuild_name
+
+        plan.rebuild = rebuild_name(name, desired.data_version)
+        table = ctx.table(plan.rebuild)
+        actual, _ = actual_state(table)
+    if table is not None and table.metadata.current_snapshot_id is not None:
+        mismatch = schema_mismatch(ctx, name, table)
+        if mismatch:
+            plan.blocked = mismatch
+            return plan
+    if not spec.partitioned_inputs:
+        labels = [WHOLE]
+        desired_fp = {WHOLE: fingerprint(ctx, spec, WHOLE)}
+    else:
+        labels = sorted(candidates(ctx, spec) | {l for l, a in actual.items() if a.checksum != EMPTY_CHECKSUM})
+        desired_fp = {label: fingerprint(ctx, spec, label) for label in labels}
+    # Lookback is for late data in routine runs: a rebuild computes every partition once anyway.
+    lookback = set(sorted(desired_fp)[-spec.lookback:]) if spec.lookback and labels != [WHOLE] and not plan.rebuild \
+        else set()
+    why: dict[str, str] = {}
+    for label in labels:
+        have = actual.get(label)
+        if have is None:
+            why[label] = "missing"
+        elif have.data_version != desired.data_version:
+            why[label] = "stale: computed under another data version"
+        elif have.fingerprint != desired_fp[label]:
+            why[label] = "stale: its input partitions changed"
+        elif label in lookback:
+            why[label] = "lookback"
+    plan.windows = pack(name, spec, labels, why, batching)
+    return plan
+
+
+def _plan_base(ctx: Context, name: str) -> DatasetPlan:
+    from lakepub.ops.data_version import of_dataset
+    from lakepub.store.record import latest_record
+
+    desired = ctx.versions[name]
+    table = ctx.table(name)
+    current = of_dataset(table, ctx.graph.base[name], latest_record(table)) if table is not None else None
+    if current is None:
+        return DatasetPlan(name, "base", None, desired.data_version, "new",
+                           ["never published: 'lakepub run' publishes it from its events"])
+    if current == desired.data_version:
+        return DatasetPlan(name, "base", current, desired.data_version, "untouched")
+    return DatasetPlan(name, "base", current, desired.data_version, "breaking",
+                       ["its definition or contract changed since it was published ('lakepub run' refuses a "
+                        f"changed definition: 'lakepub rebuild {name}' builds it offline and swaps it in)"])
+
+
+def _change(desired: Version, newest: dict[str, Any] | None) -> tuple[str, list[str]]:
+    if newest is None:
+        return "new", ["never computed"]
+    parts = newest["parts"] or {}
+    if newest["data_version"] == desired.data_version:
+        if parts.get("definition_sha") and parts["definition_sha"] != desired.definition_sha:
+            return "non-breaking", ["description, owner, schedule or lookback changed: same data version, "
+                                    "no partition recomputed for it"]
+        return "untouched", []
+    reasons = []
+    if parts.get("definition") != desired.definition:
+        reasons.append("definition changed (query, inputs, columns or partitioning)")
+    before = parts.get("upstream") or {}
+    for col in sorted(set(before) | set(desired.upstream)):
+        if col not in desired.upstream:
+            reasons.append(f"no longer reads {col}")
+        elif col not in before:
+            reasons.append(f"now reads {col}")
+        elif before[col] != desired.upstream[col]:
+            reasons.append(f"upstream column {col} has a new version")
+    return "breaking", reasons or ["data version changed"]
+
+
+def schema_mismatch(ctx: Context, name: str, table) -> str | None:
+    """Why the published table cannot take the definition's rows in place (None if it can)."""
+    from lakepub.projection.partitioning import iceberg_type
+    from lakepub.store.published import partition_of
+
+    # A new data version is rebuilt offline, so under one data version this means the table was
+    # changed by another tool (or its definition edited back and forth by hand).
+    have = [(f.name, str(f.field_type)) for f in table.schema().fields]
+    want = [(f.name, str(iceberg_type(f.type))) for f in ctx.resolved[name].schema]
+    advice = "it was changed outside lakepub: drop the table to have 'lakepub reconcile' compute it again"
+    if have != want:
+        return (f"the table's columns ({', '.join(n for n, _ in have)}) are not the query's "
+                f"({', '.join(n for n, _ in want)}): {advice}")
+    if partition_of(table) != str(ctx.graph.derived[name].partition):
+        return f"the table's partition ({partition_of(table)}) is not {ctx.graph.derived[name].partition}: {advice}"
+    return None
+
+
+def pack(name: str, spec: DerivedSpec, labels: list[str], why: dict[str, str], batching: Batching) -> list[Window]:
+    """The windows of ``labels`` (sorted), with their pending partitions."""
+    chunks: list[list[str]] = []
+    if batching.days and labels != [WHOLE] and spec.partition.kind in _GRAIN:  # else: by partitions
+        keys: dict[int, list[str]] = {}
+        for label in labels:
+            key = -1 if label == "null" else (_start(label) - date(1970, 1, 1)).days // batching.days
+            keys.setdefault(key, []).append(label)
+        chunks = [keys[k] for k in sorted(keys)]
+    else:
+        size = batching.partitions or DEFAULT_BATCH
+        chunks = [labels[i:i + size] for i in range(0, len(labels), size)]
+    out = []
+    for chunk in chunks:
+        wid = hashlib.sha256(("\0".join([name, *chunk])).encode("utf-8")).hexdigest()[:12]
+        pending = [label for label in chunk if label in why]
+        out.append(Window(wid, chunk, pending, {label: why[label] for label in pending}))
+    return out
+
+
+def _start(label: str) -> date:
+    parts = [int(p) for p in label.split("-")] + [1, 1]
+    return date(parts[0], parts[1], parts[2])
+
+
+def label_range(kind: str, label: str) -> tuple[date, date]:
+    """[first day, day after the last) of a day/month/year partition label."""
+    start = _start(label)
+    if kind == "day":
+        return start, start + timedelta(days=1)
+    if kind == "month":
+        return start, date(start.year + (start.month == 12), start.month % 12 + 1, 1)
+    return start, date(start.year + 1, 1, 1)
+
+
+def plan(ctx: Context, names: list[str] | None = None, batching: Batching = Batching()) -> list[DatasetPlan]:
+    """The plan of ``names`` (default: every dataset), base datasets first, derived in graph order."""
+    wanted = set(names) if names else set(ctx.graph.base) | set(ctx.graph.derived)
+    for n in wanted:
+        if n not in ctx.graph.base and n not in ctx.graph.derived:
+            ctx.ws.config.dataset(n)  # UnknownDataset, exit 2
+    order = [n for n in sorted(ctx.graph.base) if n in wanted] + [n for n in ctx.graph.order if n in wanted]
+    return [plan_dataset(ctx, n, batching) for n in order]
+
+
+def as_json(plans: list[DatasetPlan], batching: Batching) -> dict[str, Any]:
+    return {"format": 1, "batching": batching.label(), "datasets": [p.as_dict() for p in plans]}
+
