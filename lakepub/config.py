@@ -117,6 +117,14 @@ class WorkspaceConfig:
                 f"unknown dataset '{name}' (defined in {self.root / self.catalog_dir / 'datasets'}: {known})"
             ) from None
 
+    def definition(self, name: str) -> Any:
+        """Any dataset of the catalog by name: a base ``DatasetSpec`` or a derived one
+        (``lakepub.derive.model.DerivedSpec``); UnknownDataset (exit 2) otherwise. For what every
+        dataset has (its table, partitioning, path): state, wait, retire, restore."""
+        if name in self.derived:
+            return self.derived[name]
+        return self.dataset(name)
+
     def landing_dir(self, source: str, override: Path | None = None) -> Path:
         """The landing folder of one source: its partition subfolders hold JSONL segments."""
         return Path(override) if override is not None else self.root / self.landing / source

@@ -44,6 +44,7 @@ def reconcile(ws, names: list[str] | None = None, *, batching: Batching = Batchi
     if window is not None:
         return [_one_window(ctx, names or [], window, batching, on_plan, on_window)]
     targets = upstream_of(derived, set(names)) if names else set(derived)
+    targets = {n for n in targets if not _retired(ctx, n, named=n in (names or ()))}
     results: list[WindowResult] = []
     pool = None
     try:
@@ -179,3 +180,16 @@ def _work(root: str, name: str, labels: list[str], window_id: str, into: str | N
         _CACHE[root] = (ws, Context(ws))
     ctx = _CACHE[root][1]
     return compute_window(ctx, name, labels, window_id, into)
+
+
+def _retired(ctx: Context, name: str, *, named: bool) -> bool:
+    """A retired derived dataset (``lakepub retire``) is skipped, like ``run`` skips a retired base
+    dataset; naming it is refused (exit 3) with what to do (``lakepub restore``)."""
+    from lakepub.lifecycle.retirement import check_not_retired, retirement_of
+
+    table = ctx.table(name)
+    if table is None or retirement_of(table) is None:
+        return False
+    if named:
+        check_not_retired(table, name, "reconciling it")
+    return True

@@ -137,7 +137,7 @@ def retire(ws, dataset: str, *, grace_s: float = DEFAULT_GRACE_S, now: float | N
     lives on its table; delete its YAML file to stop defining it."""
     from lakepub.lifecycle.graph import downstream_of
 
-    spec = ws.dataset(dataset)
+    spec = ws.config.definition(dataset)
     below = sorted(downstream_of(ws.config.root / ws.config.catalog_dir, [dataset]) - {dataset})
 
     def change(table: Table) -> Retirement | None:
@@ -156,7 +156,7 @@ def retire(ws, dataset: str, *, grace_s: float = DEFAULT_GRACE_S, now: float | N
 
 def restore(ws, dataset: str) -> RetireResult:
     """Undo ``retire`` (idempotent); refused (exit 3) once the janitor has started deleting it."""
-    ws.dataset(dataset)
+    ws.config.definition(dataset)
 
     def change(table: Table) -> bool | None:
         found = retirement_of(table)

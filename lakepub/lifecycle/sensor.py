@@ -51,12 +51,13 @@ def matches(have: str | None, want: str | None) -> bool:
 
 def check_label(ws, dataset: str, partition: str) -> None:
     """Refuse (exit 2) a label that no partition of the dataset can have."""
-    kind = ws.dataset(dataset).partition.kind
+    spec = ws.config.definition(dataset)
+    kind = spec.partition.kind
     pattern = _LABELS.get(kind)
     if pattern is not None and not re.fullmatch(pattern, partition):
         example = {"year": "2026", "month": "2026-01", "day": "2026-01-05", "bucket": "3", "none": "all"}[kind]
         raise UserError(f"--partition: {partition!r} cannot be a partition of {dataset} (partitioned by "
-                        f"{ws.dataset(dataset).partition}; labels look like {example!r})")
+                        f"{spec.partition}; labels look like {example!r})")
 
 
 def satisfied(state: DatasetState, partition: str | None, data_version: str | None) -> bool:
@@ -78,7 +79,7 @@ def wait_for(ws, dataset: str, *, partition: str | None = None, data_version: st
              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
              on_poll: Callable[[DatasetState, float], None] | None = None) -> DatasetState:
     """Poll until the condition holds (its state) or ``timeout_s`` passed (WaitTimedOut)."""
-    ws.dataset(dataset)
+    ws.config.definition(dataset)
     if partition is not None:
         check_label(ws, dataset, partition)
     deadline = clock() + timeout_s

@@ -86,7 +86,7 @@ class DatasetState:
 
 def dataset_state(ws, dataset: str) -> DatasetState:
     """The state of ``dataset`` now (UnknownDataset, exit 2, for a name not defined)."""
-    spec = ws.dataset(dataset)
+    spec = ws.config.definition(dataset)
     table = ws._summary_table(dataset)  # noqa: SLF001 - the workspace's loader
     retirement = retirement_of(table)
     retired = retirement.as_dict() if retirement else None
@@ -146,7 +146,12 @@ def data_version_of(table, spec, snapshot, record) -> str | None:
 
 
 def _empty_checksum(spec) -> str | None:
-    """The checksum of an empty partition of the dataset's kind (a partition emptied by deletes)."""
+    """The checksum of an empty partition of the dataset's kind (a partition emptied by deletes;
+    a derived dataset records ``derive.state.EMPTY_CHECKSUM`` for a window partition left empty)."""
+    if getattr(spec, "kind", None) is None:
+        from lakepub.derive.state import EMPTY_CHECKSUM
+
+        return EMPTY_CHECKSUM
     try:
         from lakepub.projection.checksum import partition_checksum
 
