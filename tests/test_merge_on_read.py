@@ -191,3 +191,61 @@ def test_a_crash_before_the_commit_leaves_nothing_visible_and_nothing_the_janito
     stream.position += len(events)
     assert result.status == "published"
     _check(Workspace.open(root), stream, "mor")
+
+
+def test_delete_files_written_here_are_read_by_every_reader(tmp_path: Path):
+    """Pins what store/deletes.py relies on in pyiceberg 0.12 and the readers (module docstring):
+    one data and one delete manifest per snapshot, the delete manifest's content, deletes applied
+    by DuckDB, pyiceberg and DataFusion, not to data added after them, and dropped with their file."""
+    from datafusion import SessionContext
+    from pyiceberg.manifest import ManifestContent
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    from lakepub.store.deletes import stage_row_delta, submit_deletes
+    from lakepub.store.files import FileWriter
+    from lakepub.store.write import transaction
+
+    ws = _workspace(tmp_path / "ws")
+    ws.catalog.create_namespace_if_not_exists("scratch")
+    table = ws.catalog.create_table(("scratch", "t"), Schema(NestedField(1, "k", LongType(), required=False),
+                                                             NestedField(2, "v", StringType(), required=False)),
+                                    properties={"format-version": "2"})
+
+    def commit(**kwargs) -> None:
+        nonlocal table
+        tx = transaction(table)
+        stage_row_delta(tx, table, snapshot_properties={}, **kwargs)
+        tx.commit_transaction()
+        table = ws.catalog.load_table(("scratch", "t"))
+
+    def readers() -> list[list[int]]:
+        ctx = SessionContext()
+        ctx.register_table("t", table)
+        from lakepub import duck
+        con = duck.connect(ws.config.catalog)
+        return [sorted(table.scan().to_arrow().column("k").to_pylist()),
+                sorted(ctx.sql("SELECT k FROM t").to_arrow_table().column("k").to_pylist()),
+                sorted(r[0] for r in con.execute(f"SELECT k FROM {duck.scan_sql(table.metadata_location)}").fetchall())]
+
+    first = FileWriter(table.metadata, table.io).write([(None, pa.table({"k": list(range(10)), "v": ["x"] * 10}))])
+    commit(add_data=first)
+    deletes = [f.result() for f in submit_deletes(table.metadata, table.io,
+                                                  {None: pa.table({"file_path": [first[0].file_path] * 3,
+                                                                   "pos": [7, 2, 5]})})]
+    second = FileWriter(table.metadata, table.io).write([(None, pa.table({"k": [2, 5], "v": ["y", "y"]}))])
+    commit(add_data=second, add_deletes=deletes)
+    manifests = table.current_snapshot().manifests(table.io)
+    assert sorted(m.content for m in manifests) == [ManifestContent.DATA, ManifestContent.DELETES]
+    assert table.current_snapshot().summary["total-position-deletes"] == "3"
+    want = [0, 1, 2, 3, 4, 5, 6, 8, 9]  # 2 and 5 come back from the second file; 7 stays deleted
+    assert readers() == [want] * 3
+    third = FileWriter(table.metadata, table.io).write([(None, pa.table({"k": [7], "v": ["z"]}))])
+    commit(add_data=third)  # appended after the delete: position 0 of it is not deleted by the old file
+    assert readers() == [sorted(want + [7])] * 3
+    # Removing a data file and the delete file naming it: no delete manifest remains.
+    commit(remove_data=first, remove_deletes=deletes)
+    assert [m.content for m in table.current_snapshot().manifests(table.io)] == [ManifestContent.DATA]
+    assert readers() == [[2, 5, 7]] * 3
+    with pytest.raises(ValueError, match="not in the parent snapshot"):
+        commit(remove_data=first)

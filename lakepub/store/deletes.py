@@ -123,11 +123,12 @@ def deleted_positions(io: FileIO, delete_files: Iterable[DataFile], data_path: s
 # --- committing -----------------------------------------------------------------------------------
 
 
-def stage_row_delta(tx: Transaction, table: Table, *, add_data: list[DataFile], remove_data: Iterable[DataFile] = (),
-                    add_deletes: list[DataFile] = (), remove_deletes: Iterable[DataFile] = (),  # type: ignore[assignment]
-                    snapshot_properties: dict[str, str]) -> None:
+def stage_row_delta(tx: Transaction, table: Table, *, snapshot_properties: dict[str, str],
+                    add_data: Iterable[DataFile] = (), remove_data: Iterable[DataFile] = (),
+                    add_deletes: Iterable[DataFile] = (), remove_deletes: Iterable[DataFile] = ()) -> None:
     """Stage in ``tx`` ONE snapshot adding and removing data and delete files (see the module docstring)."""
     removing = list(remove_data) + list(remove_deletes)
+    add_data, add_deletes = list(add_data), list(add_deletes)
     if removing or add_deletes:
         operation = Operation.OVERWRITE if removing or add_data else Operation.DELETE
     else:
