@@ -249,3 +249,81 @@ def test_delete_files_written_here_are_read_by_every_reader(tmp_path: Path):
     assert readers() == [[2, 5, 7]] * 3
     with pytest.raises(ValueError, match="not in the parent snapshot"):
         commit(remove_data=first)
+
+
+def _cli(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lakepub.cli", "-w", str(root), *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_compact_folds_the_deletes_back_and_publishes_go_on(tmp_path: Path):
+    import json
+
+    root = tmp_path / "ws"
+    ws = _workspace(root, _dataset("cow", None), _dataset("mor", "merge-on-read"))
+    stream = Stream(3)
+    for size in (40, 15, 15, 15):
+        stream.publish(ws, "mor", stream.batch(size))
+    assert _delete_files(ws, "mor") > 0
+    dry = _cli(root, "compact", "mor", "--deletes-only", "--dry-run", "--format", "json")
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["deletes"][0]["dry_run"] and _delete_files(ws, "mor") > 0
+    done = _cli(root, "compact", "mor", "--fold-threshold", "0", "--format", "json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["rows_after"] <= report["rows_before"]  # the ledger is compacted too
+    [fold] = report["deletes"]  # only the merge-on-read dataset is folded
+    assert fold["dataset"] == "mor" and fold["data_files_rewritten"] > 0 and fold["deleted_rows_folded"] > 0
+    ws = Workspace.open(root)
+    assert _delete_files(ws, "mor") == 0
+    table = ws.catalog.load_table(("lakepub", "mor"))
+    assert len(list(table.scan().plan_files())) <= 4  # one file per bucket
+    _check(ws, stream, "cow", "mor")
+    stream.publish(ws, "mor", stream.batch(20))  # publishes go on, with deletes again
+    assert _delete_files(ws, "mor") > 0
+    _check(ws, stream, "cow", "mor")
+    text = _cli(root, "compact", "mor", "--deletes-only")
+    assert text.returncode == 0 and "folded mor deletes" in text.stdout, text.stderr
+    bad = _cli(root, "compact", "mor", "--fold-threshold", "2")
+    assert bad.returncode == 2 and "fold-threshold" in bad.stderr
+
+
+def test_compaction_racing_a_publisher_ends_equal_to_the_oracle(tmp_path: Path):
+    from lakepub.maintenance.fold import fold_deletes
+
+    root = tmp_path / "ws"
+    ws = _workspace(root, _dataset("mor", "merge-on-read"), _dataset("cow", "copy-on-write"))
+    stream = Stream(4, keys=60)
+    stream.publish(ws, "mor", stream.batch(60))
+    batches = [stream.batch(12) for _ in range(12)]
+    errors: list[BaseException] = []
+
+    def publisher() -> None:
+        try:
+            own = Workspace.open(root)
+            position = stream.position
+            for events in batches:
+                own.publish("mor", events, start={"p0": position}, end={"p0": position + len(events)})
+                position += len(events)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=publisher)
+    thread.start()
+    folds = []
+    folder = Workspace.open(root)
+    while thread.is_alive() or not folds:
+        folds.append(fold_deletes(folder, "mor", threshold=0.0))
+    thread.join()
+    assert not errors, errors
+    for events in batches:
+        stream.apply(events)
+    stream.position += sum(len(b) for b in batches)
+    committed = sum(1 for f in folds if f.snapshot_id is not None)
+    print(f"folds: {len(folds)} runs, {committed} committed")
+    assert committed >= 1
+    ws = Workspace.open(root)
+    _check(ws, stream, "mor", "cow")
+    fold_deletes(ws, "mor", threshold=0.0)
+    assert _delete_files(ws, "mor") == 0
+    _check(Workspace.open(root), stream, "mor", "cow")

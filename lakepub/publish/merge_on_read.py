@@ -80,7 +80,7 @@ def load_located(table: Table, tasks: list[FileScanTask], schema: pa.Schema, par
         pieces.append(_with_location(rows, task.file.file_path, positions))
     whole = pa.concat_tables(pieces) if pieces else _with_location(schema.empty_table(), "", np.empty(0, np.int64))
     by_value = split(whole, partition)
-    rows = {v: t.drop_columns([LOC_FILE, LOC_POS]) for v, t in by_value.items()}
+    rows = {v: t.drop_columns([LOC_FILE, LOC_POS]).cast(schema) for v, t in by_value.items()}
     located = {v: t.select([*key, LOC_FILE, LOC_POS]) for v, t in by_value.items()}
     return PublishedState(table.metadata.current_snapshot_id, schema, rows, files,
                           {v: list(d.values()) for v, d in deletes.items()}, located)
