@@ -327,3 +327,47 @@ def test_compaction_racing_a_publisher_ends_equal_to_the_oracle(tmp_path: Path):
     fold_deletes(ws, "mor", threshold=0.0)
     assert _delete_files(ws, "mor") == 0
     _check(Workspace.open(root), stream, "mor", "cow")
+
+
+def _set_mode(root: Path, name: str, mode: str) -> None:
+    path = root / "catalog" / "datasets" / f"{name}.yaml"
+    d = yaml.safe_load(path.read_text())
+    d["write_mode"] = mode
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+
+
+def test_a_dataset_switches_write_mode_both_ways(tmp_path: Path):
+    """Copy-on-write over a table with delete files replaces the partitions it rewrites together
+    with their delete files (and carries the others over); merge-on-read picks up any table."""
+    root = tmp_path / "ws"
+    ws = _workspace(root, _dataset("cur", "merge-on-read"), _dataset("ref", None))
+    stream = Stream(5)
+    for size in (30, 10, 10):
+        stream.publish(ws, "cur", stream.batch(size))
+    assert _delete_files(ws, "cur") > 0
+    _set_mode(root, "cur", "copy-on-write")
+    ws = Workspace.open(root)
+    stream.publish(ws, "cur", stream.batch(3))  # touches some buckets only: the others keep their deletes
+    _check(ws, stream, "cur", "ref")
+    for size in (40, 10):
+        stream.publish(ws, "cur", stream.batch(size))
+        _check(ws, stream, "cur", "ref", datafusion=False)
+    _set_mode(root, "cur", "merge-on-read")
+    ws = Workspace.open(root)
+    stream.publish(ws, "cur", stream.batch(10))
+    _check(ws, stream, "cur", "ref")
+
+
+def test_merge_on_read_on_an_aggregate_is_refused_naming_file_and_key(tmp_path: Path):
+    root = tmp_path / "ws"
+    _workspace(root, _dataset("cur", None))
+    agg = {"name": "agg", "source": "customers", "contract": "contracts/customers@v1.0", "entity": "customers",
+           "projection": {"kind": "aggregate", "group_by": ["plan"], "measures": {"n": "count()"}},
+           "write_mode": "merge-on-read"}
+    (root / "catalog" / "datasets" / "agg.yaml").write_text(yaml.safe_dump(agg))
+    result = _cli(root, "status", "cur")
+    assert result.returncode == 2, result.stderr
+    assert "agg.yaml" in result.stderr and "write_mode" in result.stderr and "Traceback" not in result.stderr
+    (root / "catalog" / "datasets" / "agg.yaml").write_text(yaml.safe_dump({**agg, "write_mode": "sideways"}))
+    result = _cli(root, "status", "cur")
+    assert result.returncode == 2 and "write_mode" in result.stderr, result.stderr
