@@ -46,6 +46,7 @@ from lakepub.store.deletes import deleted_positions
 
 WRITE_MODES = ("copy-on-write", "merge-on-read")
 LOC_FILE, LOC_POS = "_lakepub_file", "_lakepub_pos"
+_ROW = "_lakepub_row"
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class Delta:
 
     added: dict[Any, pa.Table]  # partition value -> the new rows (sorted by key): one data file each
     deleted: dict[Any, pa.Table]  # partition value -> (file_path, pos) of the replaced rows
+    keep: dict[Any, np.ndarray]  # partition value -> which of its located rows stay live
 
 
 def load_located(table: Table, tasks: list[FileScanTask], schema: pa.Schema, partition: PartitionBy,
@@ -89,20 +91,31 @@ def load_located(table: Table, tasks: list[FileScanTask], schema: pa.Schema, par
 def delta(state: PublishedState, changes: pa.Table, values: frozenset[Any], key: tuple[str, ...],
           schema: pa.Schema, partition: PartitionBy) -> Delta:
     """The new rows and the replaced rows' positions of one batch's ``changes`` (``Kind.changes``
-    of a ``current`` dataset) on the partitions ``values`` they touch."""
+    of a ``current`` dataset) on the partitions ``values`` they touch.
+
+    Only an entity with a ``before`` row (sign -1, carrying its old partition columns) has a live
+    row, in the partition of that row: each partition's located rows are joined with the keys of
+    its own -1 rows only (the build side of the hash join is the batch's slice, not the batch)."""
     located = state.located or {}
-    touched = changes.select(list(key)).group_by(list(key)).aggregate([])
-    deleted = {}
-    for value in values:
+    signs = changes.column(CHANGE_SIGN)
+    removed = split(changes.filter(pc.equal(signs, -1)).select(schema.names).cast(schema), partition)
+    deleted, keep = {}, {}
+    for value, before in removed.items():
         here = located.get(value)
         if here is None or not here.num_rows:
             continue
-        hit = here.join(touched, keys=list(key), join_type="inner", use_threads=False)
+        indexed = here.select(list(key)).append_column(_ROW, pa.array(np.arange(here.num_rows, dtype=np.int64)))
+        hit = indexed.join(before.select(list(key)), keys=list(key), join_type="inner", use_threads=False)
         if hit.num_rows:
-            deleted[value] = pa.table({"file_path": hit.column(LOC_FILE), "pos": hit.column(LOC_POS)})
-    new = changes.filter(pc.equal(changes.column(CHANGE_SIGN), 1)).select(schema.names).cast(schema)
+            rows = hit.column(_ROW).to_numpy()
+            deleted[value] = pa.table({"file_path": here.column(LOC_FILE).take(rows),
+                                       "pos": here.column(LOC_POS).take(rows)})
+            mask = np.ones(here.num_rows, dtype=bool)
+            mask[rows] = False
+            keep[value] = mask
+    new = changes.filter(pc.equal(signs, 1)).select(schema.names).cast(schema)
     added = {v: _sorted(t, key) for v, t in split(new, partition).items()}
-    return Delta(added, deleted)
+    return Delta(added, deleted, keep)
 
 
 def after_commit(state: PublishedState, snapshot_id: int, values: frozenset[Any], rows: dict[Any, pa.Table],
@@ -123,10 +136,8 @@ def after_commit(state: PublishedState, snapshot_id: int, values: frozenset[Any]
             located[value] = _located(written, key, new_file)
         else:
             here = located.get(value)
-            if here is not None and change is not None and value in change.deleted:
-                hit = change.deleted[value]
-                gone = pa.table({LOC_FILE: hit.column("file_path"), LOC_POS: hit.column("pos")})
-                here = here.join(gone, keys=[LOC_FILE, LOC_POS], join_type="left anti", use_threads=False)
+            if here is not None and change is not None and value in change.keep:
+                here = here.filter(pa.array(change.keep[value]))
             added = change.added.get(value) if change is not None else None
             pieces = [t for t in (here, _located(added, key, new_file)) if t is not None and t.num_rows]
             located[value] = pa.concat_tables(pieces) if pieces else _located(None, key, None)
