@@ -105,14 +105,15 @@ class DatasetWriter:
             return Rewrite(frozenset(), {}, {}, [])
         values = frozenset(partition.values(changes).to_pylist()) if partition.kind != "none" else frozenset([None])
         state = self.state(table)
-        new = kind.apply(state.rows_of(values), changes)
-        by_value = split(new, partition)
-        rows = {v: by_value.get(v, self.schema.empty_table()) for v in values}
-        checksums = {partition.label(v): partition_checksum(r)[:RECORDED_CHECKSUM_HEX] for v, r in rows.items()}
+        delta = None
         if self.merge_on_read and state.located is not None:
             delta = merge_on_read.delta(state, changes, values, self._key, self.schema, partition)
-            return Rewrite(values, rows, checksums, sorted(checksums), delta)
-        return Rewrite(values, rows, checksums, sorted(checksums))
+            rows = merge_on_read.merged(state, delta, values)  # ``Kind.apply``'s rows, in file order
+        else:
+            by_value = split(kind.apply(state.rows_of(values), changes), partition)
+            rows = {v: by_value.get(v, self.schema.empty_table()) for v in values}
+        checksums = {partition.label(v): partition_checksum(r)[:RECORDED_CHECKSUM_HEX] for v, r in rows.items()}
+        return Rewrite(values, rows, checksums, sorted(checksums), delta)
 
     def rebuild(self, table: Table, states: pa.Table) -> Rewrite:
         """The whole table from the live states of every entity: every current partition replaced."""

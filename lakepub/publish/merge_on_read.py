@@ -118,6 +118,21 @@ def delta(state: PublishedState, changes: pa.Table, values: frozenset[Any], key:
     return Delta(added, deleted, keep)
 
 
+def merged(state: PublishedState, change: Delta, values: frozenset[Any]) -> dict[Any, pa.Table]:
+    """The partitions' rows after ``change``: what ``Kind.apply`` gives (the rows of the changed
+    keys replaced by the new rows), computed without a join or a sort. ``state.rows[v]`` is kept
+    in the order of ``state.located[v]`` (``load_located``, ``after_commit``), so the kept rows
+    are the same mask of both, and the result stays aligned with the located rows after commit."""
+    out = {}
+    for value in values:
+        kept = state.rows.get(value, state.schema.empty_table())
+        if value in change.keep:
+            kept = kept.filter(pa.array(change.keep[value]))
+        added = change.added.get(value)
+        out[value] = pa.concat_tables([kept, added]).combine_chunks() if added is not None else kept
+    return out
+
+
 def after_commit(state: PublishedState, snapshot_id: int, values: frozenset[Any], rows: dict[Any, pa.Table],
                  key: tuple[str, ...], new_files: list[DataFile], new_deletes: list[DataFile],
                  change: Delta | None, replaced: bool) -> PublishedState:
