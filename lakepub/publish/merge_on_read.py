@@ -173,7 +173,8 @@ def _located(rows: pa.Table | None, key: tuple[str, ...], data_file: DataFile | 
 
 
 def _with_location(rows: pa.Table, path: str, positions: np.ndarray) -> pa.Table:
-    files = pa.array(np.full(rows.num_rows, path, dtype=object), pa.string()) if rows.num_rows else pa.array([], pa.string())
+    files = pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows.num_rows, dtype=np.int32)),
+                                           pa.array([path], pa.string())).cast(pa.string())  # no Python objects
     rows = rows.cast(pa.schema([pa.field(f.name, f.type) for f in rows.schema]))  # one schema whatever the source
     return rows.append_column(LOC_FILE, files).append_column(LOC_POS, pa.array(positions, pa.int64()))
 
