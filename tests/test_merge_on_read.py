@@ -131,7 +131,7 @@ def _check(ws: Workspace, stream: Stream, *names: str, datafusion: bool = True) 
 
 def _delete_files(ws: Workspace, name: str) -> int:
     table = ws.catalog.load_table((ws.config.namespace, name))
-    return sum(len(t.delete_files) for t in table.scan().plan_files())
+    return len({d.file_path for t in table.scan().plan_files() for d in t.delete_files})
 
 
 def test_both_write_modes_equal_the_oracle_through_every_reader(tmp_path: Path):
@@ -371,3 +371,18 @@ def test_merge_on_read_on_an_aggregate_is_refused_naming_file_and_key(tmp_path: 
     (root / "catalog" / "datasets" / "agg.yaml").write_text(yaml.safe_dump({**agg, "write_mode": "sideways"}))
     result = _cli(root, "status", "cur")
     assert result.returncode == 2 and "write_mode" in result.stderr, result.stderr
+
+
+def test_a_partition_with_too_many_delete_files_is_rewritten_whole(tmp_path: Path, monkeypatch):
+    from lakepub.publish import merge_on_read
+
+    monkeypatch.setattr(merge_on_read, "MAX_DELETE_FILES", 2)
+    ws = _workspace(tmp_path / "ws", _dataset("mor", "merge-on-read", "none"), _dataset("ref", None, "none"))
+    stream = Stream(6)
+    counts = []
+    for size in (30, 8, 8, 8, 8, 8):
+        stream.publish(ws, "mor", stream.batch(size))
+        counts.append(_delete_files(ws, "mor"))
+        _check(ws, stream, "mor", "ref", datafusion=False)
+    assert max(counts) <= 2 and counts[1:4] == [1, 2, 0], counts  # the third update rewrote the partition
+    _check(Workspace.open(ws.config.root), stream, "mor", "ref")

@@ -109,6 +109,7 @@ class DatasetWriter:
         if self.merge_on_read and state.located is not None:
             delta = merge_on_read.delta(state, changes, values, self._key, self.schema, partition)
             rows = merge_on_read.merged(state, delta, values)  # ``Kind.apply``'s rows, in file order
+            delta = merge_on_read.bounded(state, delta, rows)
         else:
             by_value = split(kind.apply(state.rows_of(values), changes), partition)
             rows = {v: by_value.get(v, self.schema.empty_table()) for v in values}
@@ -146,8 +147,12 @@ class DatasetWriter:
             written = [f.result() for f in files]
             new_data = [f for f in written if not is_delete(f)]
             new_deletes = [f for f in written if is_delete(f)]
-            if rewrite.delta is not None:
-                stage_row_delta(tx, table, add_data=new_data, add_deletes=new_deletes, snapshot_properties=props)
+            if rewrite.delta is not None:  # partitions rewritten whole (``bounded``) drop their files
+                whole = rewrite.delta.whole
+                stage_row_delta(tx, table, add_data=new_data, add_deletes=new_deletes,
+                                remove_data=state.files_of(whole),
+                                remove_deletes=[f for v in whole for f in state.deletes.get(v, [])],
+                                snapshot_properties=props)
             else:  # whole partitions replaced on a table with delete files: theirs go with them
                 stage_row_delta(tx, table, add_data=new_data, remove_data=state.files_of(rewrite.values),
                                 remove_deletes=[f for v in rewrite.values for f in state.deletes.get(v, [])],

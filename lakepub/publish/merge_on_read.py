@@ -47,6 +47,9 @@ from lakepub.store.deletes import deleted_positions
 WRITE_MODES = ("copy-on-write", "merge-on-read")
 LOC_FILE, LOC_POS = "_lakepub_file", "_lakepub_pos"
 _ROW = "_lakepub_row"
+# A partition holding this many delete files is rewritten whole by the next publish that changes
+# it (README "Merge-on-read": DuckDB's scan time grows with the live delete files).
+MAX_DELETE_FILES = 8
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class Delta:
     added: dict[Any, pa.Table]  # partition value -> the new rows (sorted by key): one data file each
     deleted: dict[Any, pa.Table]  # partition value -> (file_path, pos) of the replaced rows
     keep: dict[Any, np.ndarray]  # partition value -> which of its located rows stay live
+    whole: frozenset[Any] = frozenset()  # partitions rewritten whole instead (``bounded``)
 
 
 def load_located(table: Table, tasks: list[FileScanTask], schema: pa.Schema, partition: PartitionBy,
@@ -118,6 +122,17 @@ def delta(state: PublishedState, changes: pa.Table, values: frozenset[Any], key:
     return Delta(added, deleted, keep)
 
 
+def bounded(state: PublishedState, change: Delta, rows: dict[Any, pa.Table]) -> Delta:
+    """``change`` with every partition that already holds ``MAX_DELETE_FILES`` delete files
+    rewritten whole (its merged ``rows`` as one new file; its data and delete files dropped), so
+    that reads never apply more than that many delete files per partition between compactions."""
+    whole = frozenset(v for v in change.deleted if len(state.deletes.get(v, ())) >= MAX_DELETE_FILES)
+    if not whole:
+        return change
+    return Delta({**change.added, **{v: rows[v] for v in whole}},
+                 {v: t for v, t in change.deleted.items() if v not in whole}, change.keep, whole)
+
+
 def merged(state: PublishedState, change: Delta, values: frozenset[Any]) -> dict[Any, pa.Table]:
     """The partitions' rows after ``change``: what ``Kind.apply`` gives (the rows of the changed
     keys replaced by the new rows), computed without a join or a sort. ``state.rows[v]`` is kept
@@ -144,7 +159,7 @@ def after_commit(state: PublishedState, snapshot_id: int, values: frozenset[Any]
     deletes = {v: list(fs) for v, fs in state.deletes.items()}
     for value in values:
         new_file = by_file.get(value)
-        if replaced:
+        if replaced or (change is not None and value in change.whole):
             files.pop(value, None)
             deletes.pop(value, None)
             written = rows.get(value)
