@@ -9,7 +9,10 @@ table) rewrites the table. Here a publish writes only:
   of every row the batch replaces (an update, a delete, or a move to another partition);
 
 and commits them with the ledger and every sibling dataset in the same atomic commit as today
-(``store/deletes.stage_row_delta``: one snapshot, one data and one delete manifest).
+(``store/deletes.stage_row_delta``: one snapshot, one data and one delete manifest). A partition
+that already holds ``MAX_DELETE_FILES`` delete files is instead rewritten whole by the next
+publish that changes it (``bounded``), so a scan never applies more than that many per partition
+(DuckDB's scan time grows about linearly with them; ``lakepub compact`` folds them earlier).
 
 Where each live row sits is kept in the publisher's ``PublishedState.located`` (per partition: the
 key columns, ``LOC_FILE`` and ``LOC_POS``), updated by every commit of this publisher and read
