@@ -196,6 +196,9 @@ def main() -> None:
             con = con_holder.setdefault("con", duck.connect(ws.config.catalog))
             reads.append((delete_files(table), scan_time(con, duck.scan_sql(table.metadata_location), reps=3)))
 
+        warm = make_batches(2_000, 1_000, 1_000, args.seed + 1)  # imports, pools and caches, for both modes
+        run_lakepub(work / "warm-mor", "merge-on-read", warm)
+        run_lakepub(work / "warm-cow", "copy-on-write", warm)
         mor = run_lakepub(work / "mor", "merge-on-read", batches, after)
         cow = None if args.skip_cow else run_lakepub(work / "cow", "copy-on-write", batches)
         ups = None if args.skip_upsert else run_upsert(work / "upsert", batches)
