@@ -191,10 +191,14 @@ def main() -> None:
         reads: list[tuple[int, float]] = []
         con_holder = {}
 
-        def after(ws, i):  # DuckDB full-scan time vs the number of live delete files
+        def after(ws, i):  # DuckDB full-scan time vs the number of live delete files, and plain Parquet
             table = ws.catalog.load_table(("lakepub", "customers_current"))
             con = con_holder.setdefault("con", duck.connect(ws.config.catalog))
-            reads.append((delete_files(table), scan_time(con, duck.scan_sql(table.metadata_location), reps=3)))
+            src = duck.scan_sql(table.metadata_location)
+            plain_i = work / f"plain-{i}.parquet"
+            pq.write_table(con.execute(f"SELECT * FROM {src}").to_arrow_table(), plain_i, row_group_size=122_880)
+            reads.append((delete_files(table), scan_time(con, src, reps=3),
+                          scan_time(con, f"read_parquet('{plain_i}')", reps=3)))
 
         warm = make_batches(2_000, 1_000, 1_000, args.seed + 1)  # imports, pools and caches, for both modes
         run_lakepub(work / "warm-mor", "merge-on-read", warm)
@@ -222,7 +226,7 @@ def main() -> None:
         live = con.execute(f"SELECT * FROM {duck.scan_sql(table.metadata_location)}").to_arrow_table()
         plain = work / "plain.parquet"
         pq.write_table(live, plain, row_group_size=122_880)  # DuckDB's row-group size: scanned in parallel
-        r.section(f"DuckDB full scan of the merge-on-read table ({live.num_rows:,} live rows)")
+        r.section(f"DuckDB full scan of the merge-on-read table at the end ({live.num_rows:,} live rows)")
         with_deletes = r.figure("scan_with_deletes_ms", scan_time(con, duck.scan_sql(table.metadata_location)) * 1000,
                                 f"iceberg_scan with {delete_files(table)} live delete files", "ms")
         plain_ms = r.figure("scan_plain_ms", scan_time(con, f"read_parquet('{plain}')") * 1000,
@@ -240,12 +244,14 @@ def main() -> None:
                            f"lakepub's view after the fold ({len(view.files)} files, no deletes)", "ms",
                            f"fallback: {view.fallback}")
         r.ratio("view_folded_vs_plain", view_ms, plain_ms, "view after the fold / plain Parquet")
-        r.target("scan with deletes / plain", with_deletes / plain_ms, "<=", 1.3)
+        worst = max(reads, key=lambda x: x[1] / x[2])
+        r.target(f"scan with {worst[0]} delete files / plain (worst publish)", worst[1] / worst[2], "<=", 1.3)
         r.target("view after fold / plain", view_ms / plain_ms, "<=", 1.05)
         r.section("DuckDB full scan after each publish vs live delete files")
-        for i, (n, s) in enumerate(reads):
-            r.figure(f"scan_after_publish_{i + 1}_ms", s * 1000, f"after publish {i + 1}: {n} delete files", "ms")
-        r.figures["reads"] = [{"delete_files": n, "ms": s * 1000} for n, s in reads]
+        for i, (n, s, plain_s) in enumerate(reads):
+            r.figure(f"scan_after_publish_{i + 1}_ms", s * 1000, f"after publish {i + 1}: {n} delete files", "ms",
+                     f"plain Parquet {plain_s * 1000:.1f} ms: {s / plain_s:.2f}x")
+        r.figures["reads"] = [{"delete_files": n, "ms": s * 1000, "plain_ms": p * 1000} for n, s, p in reads]
         assert con.execute(f"SELECT count(*) FROM {duck.scan_sql(table.metadata_location)}").fetchone()[0] == live.num_rows
     r.emit(args)
 
