@@ -386,3 +386,17 @@ def test_a_partition_with_too_many_delete_files_is_rewritten_whole(tmp_path: Pat
         _check(ws, stream, "mor", "ref", datafusion=False)
     assert max(counts) <= 2 and counts[1:4] == [1, 2, 0], counts  # the third update rewrote the partition
     _check(Workspace.open(ws.config.root), stream, "mor", "ref")
+
+
+def test_merge_on_read_under_the_ordered_commit(tmp_path: Path):
+    """The ordered commit (any catalog: ledger first, the published table as the visibility point)."""
+    root = tmp_path / "ws"
+    _workspace(root, _dataset("mor", "merge-on-read"))
+    config = yaml.safe_load((root / "lakepub.yaml").read_text())
+    (root / "lakepub.yaml").write_text(yaml.safe_dump({**config, "commit": "ordered"}))
+    ws = Workspace.open(root)
+    stream = Stream(7)
+    for size in (25, 10, 10):
+        stream.publish(ws, "mor", stream.batch(size))
+    assert _delete_files(ws, "mor") > 0
+    _check(Workspace.open(root), stream, "mor")
