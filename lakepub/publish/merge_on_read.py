@@ -24,10 +24,14 @@ replaces are an inner join of its changed keys with the located rows of the affe
 The invariant, checked by ``tests/test_merge_on_read.py`` against the oracle and through DuckDB,
 pyiceberg and iceberg-rust: the table read with its deletes applied is exactly the copy-on-write
 table (``Kind.apply`` of the same changes); every row a delete names is a live row of a data file
-older than the delete. Checksums stay per partition over the merged rows (``Kind.apply`` in
-memory, as copy-on-write computes them), so ``verify`` is unchanged. Cost: what a publish writes
-is proportional to the batch; what it computes in memory (the merged partition rows and their
-checksums) still grows with the affected partitions (see README "Merge-on-read").
+older than the delete. Checksums stay per partition over the merged rows (``merged``: the rows
+``Kind.apply`` gives, without its join and sort), so ``verify`` is unchanged. Cost: what a
+publish writes is proportional to the batch; what it computes in memory still grows with the
+affected partitions. Profiled for a 100k-event publish into 424k live rows in 16 buckets
+(cProfile, loaded 2-core machine): ``delta`` ~0.14-0.3 s, ``after_commit`` ~0.08-0.15 s, the
+partitions' checksums ~0.4-0.5 s (as copy-on-write), the publish 1.7-2.0 s against 1.7 s
+copy-on-write (README "Merge-on-read current-state tables"). Memory: per live row its key
+columns, a dictionary-encoded file index and a position, beside its published row.
 """
 
 from __future__ import annotations

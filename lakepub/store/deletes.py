@@ -25,8 +25,10 @@ The facts relied on (checked by a probe, /work/shared/notes/iceberg-facts.md, an
 
 The invariant: a snapshot staged here holds exactly the parent's live data and delete files,
 minus the removed ones, plus the added ones; removing a file the parent does not hold is refused
-(summary totals would be wrong). Cost: a delete file is one small Parquet write (~1-2 ms for a few
-thousand positions); the manifests are rewritten whole per commit (~0.1 ms per entry).
+(summary totals would be wrong). Cost: a delete file of 6,000 positions is one Parquet write of
+~1.8 ms (median of 20 here); the manifests are rewritten whole per commit, ~0.185 s for the 304
+live entries (160 data, 144 delete files) of a table after 10 publishes into 16 buckets, which
+``lakepub compact`` (or the per-partition bound of ``publish/merge_on_read.py``) brings back down.
 """
 
 from __future__ import annotations
