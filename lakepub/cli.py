@@ -295,25 +295,44 @@ def verify(ctx: click.Context, dataset: str, deep: bool, fmt: str) -> None:
 @main.command()
 @click.argument("dataset")
 @click.option("--dry-run", is_flag=True, help="Only report what compaction would do.")
+@click.option("--deletes-only", is_flag=True, help="Only fold the delete files of merge-on-read datasets; "
+              "leave the ledger as it is.")
+@click.option("--fold-threshold", type=click.FloatRange(0.0, 1.0), default=0.1, show_default=True,
+              help="Rewrite a data file of a merge-on-read dataset once this fraction of its rows is deleted.")
 @format_option
 @click.pass_context
 @handle_errors
-def compact(ctx: click.Context, dataset: str, dry_run: bool, fmt: str) -> None:
+def compact(ctx: click.Context, dataset: str, dry_run: bool, deletes_only: bool, fold_threshold: float,
+            fmt: str) -> None:
     """Compact the ledger of DATASET's entity: one row per entity with a durable version floor, in
     few files (every dataset of the entity names the compacted ledger).
 
     Versions at or below an entity's floor stay rejected after compaction (a replay with another
     payload is still a conflict), so replaying old events changes nothing and tombstones keep holding. It also writes a complete key index of the
-    compacted ledger (local warehouses, key_index: true), so a ledger that had none is indexed again."""
-    from lakepub.maintenance.compact import compact_ledger
+    compacted ledger (local warehouses, key_index: true), so a ledger that had none is indexed again.
 
-    result = compact_ledger(_ws(ctx), dataset, dry_run=dry_run)
+    Then every merge-on-read dataset of the entity has its deletes folded: data files with at least
+    --fold-threshold of their rows deleted (and small files of a partition) are rewritten without
+    them, and delete files naming no live data file are dropped; publishes may run meanwhile."""
+    from lakepub.maintenance.compact import compact_ledger
+    from lakepub.maintenance.fold import fold_deletes, needs_folding
+
+    ws = _ws(ctx)
+    result = None if deletes_only else compact_ledger(ws, dataset, dry_run=dry_run)
+    published = ws.published_tables()
+    folds = [fold_deletes(ws, name, threshold=fold_threshold, dry_run=dry_run)
+             for name in ws.config.group(dataset).dataset_names if name in published
+             and needs_folding(ws, name)]
     if fmt == "json":
-        click.echo(output.to_json(result.as_dict()))
+        out = result.as_dict() if result is not None else {"dataset": dataset}
+        click.echo(output.to_json({**out, "deletes": [f.as_dict() for f in folds]}))
         return
-    verb = "would compact" if dry_run else "compacted"
-    click.echo(f"{verb} {dataset} ledger: {result.rows_before} -> {result.rows_after} rows, "
-               f"{result.files_before} -> {result.files_after} files")
+    if result is not None:
+        verb = "would compact" if dry_run else "compacted"
+        click.echo(f"{verb} {dataset} ledger: {result.rows_before} -> {result.rows_after} rows, "
+                   f"{result.files_before} -> {result.files_after} files")
+    for fold in folds:
+        click.echo(fold.line())
 
 
 @main.command()

@@ -56,6 +56,7 @@ class DatasetSpec:
     kind: Kind
     entity: str  # datasets naming the same entity share its ledger and publish together
     description: str = ""
+    write_mode: str = "copy-on-write"  # or merge-on-read (kind current): publish/merge_on_read.py
     path: Path | None = None  # the YAML file that defines it, for errors naming file and key
 
     @property
@@ -159,6 +160,7 @@ class _DatasetFile(_File):
     projection: dict | None = None
     partition: str | None = None
     description: str = ""
+    write_mode: Literal["copy-on-write", "merge-on-read"] = "copy-on-write"
 
     @field_validator("description", mode="before")
     @classmethod
@@ -244,8 +246,12 @@ def load_datasets(catalog_dir: Path, derived: dict[str, Any] | None = None,
             raise ConfigError(f"{path}: 'projection' is required (kind: aggregate or current): only a dataset of the "
                               "original orders contract may leave it out")
         kind = kind_of(definition, entity_of(contract), where=str(path), dataset=raw.name)
+        if raw.write_mode == "merge-on-read" and kind.name != "current":
+            raise ConfigError(f"{path}: write_mode: merge-on-read is only for kind: current datasets (this one is "
+                              f"kind: {kind.name}); remove write_mode or set it to copy-on-write")
         datasets[raw.name] = DatasetSpec(name=raw.name, source=raw.source, contract=contract, kind=kind,
-                                         entity=entity, description=raw.description, path=path)
+                                         entity=entity, description=raw.description, path=path,
+                                         write_mode=raw.write_mode)
     _check_entities(datasets)
     if checked is not None:
         checked.save()

@@ -25,11 +25,12 @@ _HOME = {
     "UnreadableMetadata": "janitor", "clean_table": "janitor", "run_janitor": "janitor", "targets": "janitor",
     "LocationMismatch": "orphans", "check_listing": "orphans", "check_not_nested": "orphans", "classify": "orphans",
     "Reachability": "reachability", "live_partition_labels": "reachability",
+    "FoldResult": "fold", "fold_deletes": "fold",  # merge-on-read: lakepub compact folds delete files
 }
 
 __all__ = [
     "DEFAULT_OLDER_THAN_S", "DEFAULT_RETAIN_LAST", "STAGING_PREFIX",
-    "ExpiryPlan", "FileInfo", "FileStore", "InvalidDuration", "JanitorOptions", "JanitorReport",
+    "ExpiryPlan", "FileInfo", "FoldResult", "fold_deletes", "FileStore", "InvalidDuration", "JanitorOptions", "JanitorReport",
     "LocalFileStore", "LocationMismatch", "Reachability", "S3FileStore", "TableReport", "UnreadableMetadata",
     "check_listing", "check_not_nested", "classify", "clean_table", "commit_expiry", "filestore_for",
     "live_partition_labels", "normalize", "parse_duration", "plan_expiry", "run_janitor", "targets",

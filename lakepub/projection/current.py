@@ -17,9 +17,9 @@ appears in the change rows (a left anti join on the key columns, which are never
 null semantics do not matter) and appends the +1 rows; composite keys of string/int/long/date are
 joined natively by Arrow, no per-row Python. Output is sorted by key, ascending.
 
-This is copy-on-write: ``apply`` returns whole partitions. The interface stays open to a
-merge-on-read implementation (the change rows are exactly its delete and insert files: the -1
-rows' keys are equality deletes).
+This is copy-on-write: ``apply`` returns whole partitions. ``write_mode: merge-on-read``
+(``publish/merge_on_read.py``) writes the same change rows as files instead: the +1 rows as new
+data, the -1 rows' keys located in the published files as position deletes.
 
 Cost (scripts/bench/projection_kinds.py; 2 shared cores, figures vary ~50% with load): for
 100k before + 100k after states of 1M published orders, ``changes`` ~1 ms; ``apply`` over all 36

@@ -7,6 +7,12 @@ rows (``Kind.changes``), merges them into the current rows of the partitions the
 rewritten; an entity that moves to another partition retracts from the old one and adds to the
 new one in the same commit. Each rewritten partition's checksum is recorded (its first 64 bits).
 
+A ``current`` dataset with ``write_mode: merge-on-read`` writes only the changed rows and
+position deletes of the rows they replace (``publish/merge_on_read.py``); its checksums are the
+same, over the merged rows. A table holding delete files (merge-on-read, or a dataset switched
+back to copy-on-write) is committed through ``store/deletes.stage_row_delta``, which carries them
+over, or drops those of the partitions a copy-on-write publish replaces.
+
 Refusals (a sum leaving its column's range) happen in ``rewrite``, before anything is written.
 """
 
@@ -23,10 +29,11 @@ from pyiceberg.table import Table, Transaction
 from lakepub.config import DatasetSpec
 from lakepub.identity import RECORDED_CHECKSUM_HEX
 from lakepub.projection.checksum import partition_checksum
-from lakepub.publish import published_state
+from lakepub.publish import merge_on_read, published_state
 from lakepub.publish.guards import check_definition, check_file_specs, check_foreign, check_schemas
 from lakepub.publish.published_state import PublishedState, split
 from lakepub.publish.versioning import Change
+from lakepub.store.deletes import is_delete, stage_row_delta, submit_deletes
 from lakepub.store.record import PublishRecord
 from lakepub.store.write import replace_partitions, submit_partitions, transaction
 
@@ -37,6 +44,7 @@ class Rewrite:
     rows: dict[Any, pa.Table]  # their new rows (empty for a partition left empty)
     checksums: dict[str, str]  # partition label -> recorded checksum of its new rows
     partitions: list[str]  # labels, sorted
+    delta: merge_on_read.Delta | None = None  # merge-on-read: what is written instead of ``rows``
 
 
 class DatasetWriter:
@@ -51,14 +59,17 @@ class DatasetWriter:
         from lakepub.ops.data_version import of_spec
 
         self.data_version = of_spec(spec)  # recorded on every snapshot it publishes (lakepub.data-version)
+        self.merge_on_read = spec.write_mode == "merge-on-read"
+        self._key = tuple(spec.kind.row_key)
 
     def state(self, table: Table) -> PublishedState:
         """The published rows and files: kept from our last publish if still current."""
         current = table.metadata.current_snapshot_id
         if current is None:
-            return PublishedState(None, self.schema, {}, {})
+            return PublishedState(None, self.schema, {}, {}, {}, {} if self.merge_on_read else None)
         if self._state is None or self._state.snapshot_id != current:
-            self._state = published_state.load(table, self.schema, self.spec.partition)
+            self._state = published_state.load(table, self.schema, self.spec.partition,
+                                               self._key if self.merge_on_read else None)
         return self._state
 
     def check_definition(self, table: Table, ledger: Table | None = None) -> None:
@@ -97,11 +108,16 @@ class DatasetWriter:
             return Rewrite(frozenset(), {}, {}, [])
         values = frozenset(partition.values(changes).to_pylist()) if partition.kind != "none" else frozenset([None])
         state = self.state(table)
-        new = kind.apply(state.rows_of(values), changes)
-        by_value = split(new, partition)
-        rows = {v: by_value.get(v, self.schema.empty_table()) for v in values}
+        delta = None
+        if self.merge_on_read and state.located is not None:
+            delta = merge_on_read.delta(state, changes, values, self._key, self.schema, partition)
+            rows = merge_on_read.merged(state, delta, values)  # ``Kind.apply``'s rows, in file order
+            delta = merge_on_read.bounded(state, delta, rows)
+        else:
+            by_value = split(kind.apply(state.rows_of(values), changes), partition)
+            rows = {v: by_value.get(v, self.schema.empty_table()) for v in values}
         checksums = {partition.label(v): partition_checksum(r)[:RECORDED_CHECKSUM_HEX] for v, r in rows.items()}
-        return Rewrite(values, rows, checksums, sorted(checksums))
+        return Rewrite(values, rows, checksums, sorted(checksums), delta)
 
     def rebuild(self, table: Table, states: pa.Table) -> Rewrite:
         """The whole table from the live states of every entity: every current partition replaced."""
@@ -113,7 +129,12 @@ class DatasetWriter:
         return Rewrite(values, rows, checksums, sorted(checksums))
 
     def write_files(self, table: Table, rewrite: Rewrite) -> list[Future[DataFile]]:
-        """Start writing the rewritten partitions' data files in the background (for ``stage``)."""
+        """Start writing the rewritten partitions' data files in the background (for ``stage``);
+        merge-on-read: the new rows' data files and the delete files."""
+        if rewrite.delta is not None:
+            delta = rewrite.delta
+            return (submit_partitions(table, {v: r for v, r in delta.added.items() if r.num_rows})
+                    + submit_deletes(table.metadata, table.io, delta.deleted))
         return submit_partitions(table, {v: r for v, r in rewrite.rows.items() if r.num_rows}) if rewrite.values else []
 
     def stage(self, table: Table, rewrite: Rewrite, record: PublishRecord,
@@ -124,6 +145,24 @@ class DatasetWriter:
         ``tx``: one holding a schema evolution already (``publish/evolution.py``)."""
         tx = tx if tx is not None else transaction(table)
         props = record.to_properties()
+        state = self.state(table)
+        if rewrite.values and (rewrite.delta is not None or state.deletes):
+            if files is None:
+                files = self.write_files(table, rewrite)
+            written = [f.result() for f in files]
+            new_data = [f for f in written if not is_delete(f)]
+            new_deletes = [f for f in written if is_delete(f)]
+            if rewrite.delta is not None:  # partitions rewritten whole (``bounded``) drop their files
+                whole = rewrite.delta.whole
+                stage_row_delta(tx, table, add_data=new_data, add_deletes=new_deletes,
+                                remove_data=state.files_of(whole),
+                                remove_deletes=[f for v in whole for f in state.deletes.get(v, [])],
+                                snapshot_properties=props)
+            else:  # whole partitions replaced on a table with delete files: theirs go with them
+                stage_row_delta(tx, table, add_data=new_data, remove_data=state.files_of(rewrite.values),
+                                remove_deletes=[f for v in rewrite.values for f in state.deletes.get(v, [])],
+                                snapshot_properties=props)
+            return tx, written
         if rewrite.values:
             parts = files if files is not None else {v: r for v, r in rewrite.rows.items() if r.num_rows}
             return tx, replace_partitions(tx, table, self.state(table).files_of(rewrite.values), parts, props)
@@ -133,5 +172,15 @@ class DatasetWriter:
     def committed(self, table: Table, tx: Transaction, rewrite: Rewrite, new_files: list[DataFile]) -> int:
         """Remember the state after our commit; returns the new snapshot id."""
         snapshot_id = tx.table_metadata.current_snapshot_id
-        self._state = self.state(table).replaced(snapshot_id, set(rewrite.values), rewrite.rows, new_files)
+        state = self.state(table)
+        if self.merge_on_read or state.deletes:
+            data = [f for f in new_files if not is_delete(f)]
+            deletes = [f for f in new_files if is_delete(f)]
+            if self.merge_on_read and (state.located is not None or state.snapshot_id is None):
+                self._state = merge_on_read.after_commit(state, snapshot_id, rewrite.values, rewrite.rows, self._key,
+                                                         data, deletes, rewrite.delta, rewrite.delta is None)
+                return snapshot_id
+            self._state = None  # read again by the next publish
+            return snapshot_id
+        self._state = state.replaced(snapshot_id, set(rewrite.values), rewrite.rows, new_files)
         return snapshot_id

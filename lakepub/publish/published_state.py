@@ -11,7 +11,7 @@ current-state table: a copy-on-write table is read whole once per process).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import pyarrow as pa
@@ -29,6 +29,10 @@ class PublishedState:
     schema: pa.Schema  # the published rows' schema
     rows: dict[Any, pa.Table]  # Iceberg partition value (None: unpartitioned) -> the partition's rows
     files: dict[Any, list[DataFile]]  # Iceberg partition value -> the partition's data files
+    # merge-on-read (``publish/merge_on_read.py``): the partition's position delete files, and
+    # where each live row sits (its key columns, data file path and position); None: not tracked
+    deletes: dict[Any, list[DataFile]] = field(default_factory=dict)
+    located: dict[Any, pa.Table] | None = None
 
     def rows_of(self, values: Iterable[Any]) -> pa.Table:
         tables = [self.rows[v] for v in values if v in self.rows]
@@ -48,7 +52,7 @@ class PublishedState:
         for data_file in new_files:
             files.setdefault(_value(data_file), []).append(data_file)
         return PublishedState(snapshot_id, self.schema, {**kept_rows, **{v: r for v, r in rows.items() if r.num_rows}},
-                              files)
+                              files, {value: fs for value, fs in self.deletes.items() if value not in values})
 
 
 def split(rows: pa.Table, partition: PartitionBy) -> dict[Any, pa.Table]:
@@ -65,8 +69,10 @@ def split(rows: pa.Table, partition: PartitionBy) -> dict[Any, pa.Table]:
     return out
 
 
-def load(table: Table, schema: pa.Schema, partition: PartitionBy) -> PublishedState:
-    """The current rows and data files of the published table (empty before its first publish).
+def load(table: Table, schema: pa.Schema, partition: PartitionBy, located: tuple[str, ...] | None = None
+         ) -> PublishedState:
+    """The current rows and data files of the published table (empty before its first publish);
+    ``located``: the key columns of a merge-on-read table, whose rows' locations are kept too.
 
     Read with pyiceberg from the files its planning found (no DuckDB: a publish on the key-index
     path then never loads DuckDB's extensions, ~0.15 s of CPU per process).
@@ -76,15 +82,28 @@ def load(table: Table, schema: pa.Schema, partition: PartitionBy) -> PublishedSt
         return PublishedState(None, schema, {}, {})
     scan = table.scan(snapshot_id=snapshot_id)
     tasks = list(scan.plan_files())
+    if located is not None:
+        from lakepub.publish.merge_on_read import load_located
+
+        return load_located(table, tasks, schema, partition, located)
     arrow = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter).to_table(tasks)
     for name in schema.names:  # a column a compatible contract adds, before the publish that evolves the table
         if name not in arrow.column_names:
             arrow = arrow.append_column(name, pa.nulls(arrow.num_rows, schema.field(name).type))
     arrow = arrow.select(schema.names).cast(schema)
     files: dict[Any, list[DataFile]] = {}
+    deletes: dict[Any, dict[str, DataFile]] = {}
     for task in tasks:
         files.setdefault(_value(task.file), []).append(task.file)
-    return PublishedState(snapshot_id, schema, split(arrow, partition), files)
+        for delete_file in task.delete_files:
+            deletes.setdefault(_value(delete_file), {})[delete_file.file_path] = delete_file
+    return PublishedState(snapshot_id, schema, split(arrow, partition), files,
+                          {v: list(d.values()) for v, d in deletes.items()})
+
+
+def value_of(data_file: DataFile) -> Any:
+    """The Iceberg partition value of a data or delete file (None: unpartitioned)."""
+    return _value(data_file)
 
 
 def _value(data_file: DataFile) -> Any:

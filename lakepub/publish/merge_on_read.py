@@ -1,0 +1,208 @@
+"""Merge-on-read publishes of a ``current`` dataset: new rows plus position deletes of the old ones.
+
+``write_mode: merge-on-read`` on a ``kind: current`` dataset. Copy-on-write rewrites every
+partition a changed entity touches, so a batch spread over all partitions (a bucketed customer
+table) rewrites the table. Here a publish writes only:
+
+* the changed entities' new rows: one data file per affected partition, sorted by key;
+* one position delete file per partition holding a replaced row, naming the (data file, position)
+  of every row the batch replaces (an update, a delete, or a move to another partition);
+
+and commits them with the ledger and every sibling dataset in the same atomic commit as today
+(``store/deletes.stage_row_delta``: one snapshot, one data and one delete manifest). A partition
+that already holds ``MAX_DELETE_FILES`` delete files is instead rewritten whole by the next
+publish that changes it (``bounded``), so a scan never applies more than that many per partition
+(DuckDB's scan time grows about linearly with them; ``lakepub compact`` folds them earlier).
+
+Where each live row sits is kept in the publisher's ``PublishedState.located`` (per partition: the
+key columns, ``LOC_FILE`` and ``LOC_POS``), updated by every commit of this publisher and read
+afresh (``load_located``) when the table moved under it (another publisher, a compaction): the
+data files are read without their deletes, and the positions their delete files name are
+dropped, so positions are the files' own. Keys are unique among live rows, so the rows a batch
+replaces are an inner join of its changed keys with the located rows of the affected partitions.
+
+The invariant, checked by ``tests/test_merge_on_read.py`` against the oracle and through DuckDB,
+pyiceberg and iceberg-rust: the table read with its deletes applied is exactly the copy-on-write
+table (``Kind.apply`` of the same changes); every row a delete names is a live row of a data file
+older than the delete. Checksums stay per partition over the merged rows (``merged``: the rows
+``Kind.apply`` gives, without its join and sort), so ``verify`` is unchanged. Cost: what a
+publish writes is proportional to the batch; what it computes in memory still grows with the
+affected partitions. Profiled for a 100k-event publish into 424k live rows in 16 buckets
+(cProfile, loaded 2-core machine): ``delta`` ~0.14-0.3 s, ``after_commit`` ~0.08-0.15 s, the
+partitions' checksums ~0.4-0.5 s (as copy-on-write), the publish 1.7-2.0 s against 1.7 s
+copy-on-write (README "Merge-on-read current-state tables"). Memory: per live row its key
+columns, a dictionary-encoded file index and a position, beside its published row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.io.pyarrow import ArrowScan
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import FileScanTask, Table
+
+from lakepub.projection.current import CHANGE_SIGN
+from lakepub.projection.partitioning import PartitionBy
+from lakepub.publish.published_state import PublishedState, split, value_of
+from lakepub.store.deletes import deleted_positions
+
+WRITE_MODES = ("copy-on-write", "merge-on-read")
+LOC_FILE, LOC_POS = "_lakepub_file", "_lakepub_pos"
+_ROW = "_lakepub_row"
+# A partition holding this many delete files is rewritten whole by the next publish that changes
+# it (README "Merge-on-read": DuckDB's scan time grows with the live delete files).
+MAX_DELETE_FILES = 8
+
+
+@dataclass(frozen=True)
+class Delta:
+    """What a merge-on-read publish writes: new rows and the positions they replace, by partition."""
+
+    added: dict[Any, pa.Table]  # partition value -> the new rows (sorted by key): one data file each
+    deleted: dict[Any, pa.Table]  # partition value -> (file_path, pos) of the replaced rows
+    keep: dict[Any, np.ndarray]  # partition value -> which of its located rows stay live
+    whole: frozenset[Any] = frozenset()  # partitions rewritten whole instead (``bounded``)
+
+
+def load_located(table: Table, tasks: list[FileScanTask], schema: pa.Schema, partition: PartitionBy,
+                 key: tuple[str, ...]) -> PublishedState:
+    """``published_state.load`` for a merge-on-read table: the live rows, and where each sits."""
+    scan = table.scan(snapshot_id=table.metadata.current_snapshot_id)
+    reader = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter)
+    cache: dict[str, pa.Table] = {}
+    pieces = []
+    files: dict[Any, list[DataFile]] = {}
+    deletes: dict[Any, dict[str, DataFile]] = {}
+    for task in tasks:
+        value = value_of(task.file)
+        files.setdefault(value, []).append(task.file)
+        for delete_file in task.delete_files:
+            deletes.setdefault(value_of(delete_file), {})[delete_file.file_path] = delete_file
+        rows = reader.to_table([FileScanTask(task.file)])  # without its deletes: positions are the file's
+        rows = rows.select(schema.names).cast(schema)
+        positions = np.arange(rows.num_rows, dtype=np.int64)
+        gone = deleted_positions(table.io, task.delete_files, task.file.file_path, cache)
+        if len(gone):
+            keep = ~np.isin(positions, gone)
+            rows, positions = rows.filter(pa.array(keep)), positions[keep]
+        pieces.append(_with_location(rows, task.file.file_path, positions))
+    whole = pa.concat_tables(pieces) if pieces else _with_location(schema.empty_table(), "", np.empty(0, np.int64))
+    by_value = split(whole, partition)
+    rows = {v: t.drop_columns([LOC_FILE, LOC_POS]).cast(schema) for v, t in by_value.items()}
+    located = {v: t.select([*key, LOC_FILE, LOC_POS]) for v, t in by_value.items()}
+    return PublishedState(table.metadata.current_snapshot_id, schema, rows, files,
+                          {v: list(d.values()) for v, d in deletes.items()}, located)
+
+
+def delta(state: PublishedState, changes: pa.Table, values: frozenset[Any], key: tuple[str, ...],
+          schema: pa.Schema, partition: PartitionBy) -> Delta:
+    """The new rows and the replaced rows' positions of one batch's ``changes`` (``Kind.changes``
+    of a ``current`` dataset) on the partitions ``values`` they touch.
+
+    Only an entity with a ``before`` row (sign -1, carrying its old partition columns) has a live
+    row, in the partition of that row: each partition's located rows are joined with the keys of
+    its own -1 rows only (the build side of the hash join is the batch's slice, not the batch)."""
+    located = state.located or {}
+    signs = changes.column(CHANGE_SIGN)
+    removed = split(changes.filter(pc.equal(signs, -1)).select(schema.names).cast(schema), partition)
+    deleted, keep = {}, {}
+    for value, before in removed.items():
+        here = located.get(value)
+        if here is None or not here.num_rows:
+            continue
+        indexed = here.select(list(key)).append_column(_ROW, pa.array(np.arange(here.num_rows, dtype=np.int64)))
+        hit = indexed.join(before.select(list(key)), keys=list(key), join_type="inner", use_threads=False)
+        if hit.num_rows:
+            rows = hit.column(_ROW).to_numpy()
+            deleted[value] = pa.table({"file_path": here.column(LOC_FILE).take(rows),
+                                       "pos": here.column(LOC_POS).take(rows)})
+            mask = np.ones(here.num_rows, dtype=bool)
+            mask[rows] = False
+            keep[value] = mask
+    new = changes.filter(pc.equal(signs, 1)).select(schema.names).cast(schema)
+    added = {v: _sorted(t, key) for v, t in split(new, partition).items()}
+    return Delta(added, deleted, keep)
+
+
+def bounded(state: PublishedState, change: Delta, rows: dict[Any, pa.Table]) -> Delta:
+    """``change`` with every partition that already holds ``MAX_DELETE_FILES`` delete files
+    rewritten whole (its merged ``rows`` as one new file; its data and delete files dropped), so
+    that reads never apply more than that many delete files per partition between compactions."""
+    whole = frozenset(v for v in change.deleted if len(state.deletes.get(v, ())) >= MAX_DELETE_FILES)
+    if not whole:
+        return change
+    return Delta({**change.added, **{v: rows[v] for v in whole}},
+                 {v: t for v, t in change.deleted.items() if v not in whole}, change.keep, whole)
+
+
+def merged(state: PublishedState, change: Delta, values: frozenset[Any]) -> dict[Any, pa.Table]:
+    """The partitions' rows after ``change``: what ``Kind.apply`` gives (the rows of the changed
+    keys replaced by the new rows), computed without a join or a sort. ``state.rows[v]`` is kept
+    in the order of ``state.located[v]`` (``load_located``, ``after_commit``), so the kept rows
+    are the same mask of both, and the result stays aligned with the located rows after commit."""
+    out = {}
+    for value in values:
+        kept = state.rows.get(value, state.schema.empty_table())
+        if value in change.keep:
+            kept = kept.filter(pa.array(change.keep[value]))
+        added = change.added.get(value)
+        out[value] = pa.concat_tables([kept, added]).combine_chunks() if added is not None else kept
+    return out
+
+
+def after_commit(state: PublishedState, snapshot_id: int, values: frozenset[Any], rows: dict[Any, pa.Table],
+                 key: tuple[str, ...], new_files: list[DataFile], new_deletes: list[DataFile],
+                 change: Delta | None, replaced: bool) -> PublishedState:
+    """The state after a commit that wrote ``change`` (merge-on-read) or replaced the partitions
+    ``values`` whole (``replaced``: a build, or a switch from copy-on-write)."""
+    by_file = {value_of(f): f for f in new_files}
+    located = dict(state.located or {})
+    files = {v: list(fs) for v, fs in state.files.items()}
+    deletes = {v: list(fs) for v, fs in state.deletes.items()}
+    for value in values:
+        new_file = by_file.get(value)
+        if replaced or (change is not None and value in change.whole):
+            files.pop(value, None)
+            deletes.pop(value, None)
+            written = rows.get(value)
+            located[value] = _located(written, key, new_file)
+        else:
+            here = located.get(value)
+            if here is not None and change is not None and value in change.keep:
+                here = here.filter(pa.array(change.keep[value]))
+            added = change.added.get(value) if change is not None else None
+            pieces = [t for t in (here, _located(added, key, new_file)) if t is not None and t.num_rows]
+            located[value] = pa.concat_tables(pieces) if pieces else _located(None, key, None)
+        if new_file is not None:
+            files.setdefault(value, []).append(new_file)
+    for delete_file in new_deletes:
+        deletes.setdefault(value_of(delete_file), []).append(delete_file)
+    kept_rows = {v: r for v, r in state.rows.items() if v not in values}
+    return PublishedState(snapshot_id, state.schema, {**kept_rows, **{v: r for v, r in rows.items() if r.num_rows}},
+                          {v: fs for v, fs in files.items() if fs}, {v: fs for v, fs in deletes.items() if fs},
+                          {v: t for v, t in located.items() if t is not None and t.num_rows})
+
+
+def _located(rows: pa.Table | None, key: tuple[str, ...], data_file: DataFile | None) -> pa.Table | None:
+    if rows is None or not rows.num_rows or data_file is None:
+        return None
+    return _with_location(rows.select(list(key)), data_file.file_path, np.arange(rows.num_rows, dtype=np.int64))
+
+
+def _with_location(rows: pa.Table, path: str, positions: np.ndarray) -> pa.Table:
+    # dictionary-encoded: 4 bytes per row, not a copy of the path (~150 bytes) per live row
+    files = pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows.num_rows, dtype=np.int32)),
+                                           pa.array([path], pa.string()))
+    rows = rows.cast(pa.schema([pa.field(f.name, f.type) for f in rows.schema]))  # one schema whatever the source
+    return rows.append_column(LOC_FILE, files).append_column(LOC_POS, pa.array(positions, pa.int64()))
+
+
+def _sorted(rows: pa.Table, key: tuple[str, ...]) -> pa.Table:
+    if rows.num_rows < 2:
+        return rows.combine_chunks()
+    return rows.take(pc.sort_indices(rows, sort_keys=[(c, "ascending") for c in key])).combine_chunks()

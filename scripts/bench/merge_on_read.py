@@ -1,0 +1,261 @@
+"""Benchmark: merge-on-read current-state publishes vs copy-on-write vs a pyiceberg upsert (issue 12).
+
+A customers stream: composite key (tenant, customer_id), 10 fields (key, version, deleted flag
+and 6 payload fields), ``--events`` full-state events over ``--customers`` customers in batches
+of ``--max-batch`` (new customers, updates of random existing ones anywhere in the key space,
+~2% deletes). The same batches are published three ways, in this process, each timed per batch:
+
+* lakepub, ``kind: current``, ``partition: bucket(16, customer_id)``, ``write_mode: merge-on-read``
+  (``Workspace.publish``: validation, projection against the ledger, ledger + table commit);
+* the same with ``write_mode: copy-on-write`` (every publish rewrites every bucket it touches);
+* what a user writes with pyiceberg alone: per batch the highest version per key, then
+  ``Table.upsert(rows, join_cols=["tenant", "customer_id"])`` into a table of the same columns.
+
+Then reads, DuckDB (iceberg extension), of the merge-on-read table: a full scan (every column
+aggregated) with its live delete files vs the same rows as one plain Parquet file, the read time
+after each publish vs its delete-file count, and the same scan after ``lakepub compact``'s fold.
+
+pyiceberg's upsert with a composite key builds one filter term per key and grows with the table
+(~40-50 s per 3,000-key batch once the table holds ~10k rows here), so the README's upsert ratio
+comes from ``--events 30000 --max-batch 3000`` and the 1M figures from ``--skip-upsert``.
+
+    python scripts/bench/merge_on_read.py [--quick] [--events N] [--max-batch N] [--customers N] [--skip-upsert] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import yaml
+
+import common as c
+
+CONTRACT = """
+name: customers
+version: "1.0"
+entity:
+  key: [tenant, customer_id]
+  version: version
+  deleted: deleted
+fields:
+  tenant: string
+  customer_id: long
+  version: long
+  country: {type: string, nullable: true}
+  plan: {type: string, nullable: true}
+  mrr_cents: {type: long, nullable: true}
+  seats: {type: int, nullable: true}
+  email: {type: string, nullable: true}
+  signup_day: {type: date, nullable: true}
+  deleted: boolean
+"""
+PAYLOAD = ["country", "plan", "mrr_cents", "seats", "email", "signup_day"]
+SCAN = "SELECT count(*), sum(mrr_cents), sum(seats), max(email), min(signup_day), count(DISTINCT country), max(plan), sum(customer_id), max(tenant) FROM {src}"
+
+
+def make_batches(events: int, customers: int, max_batch: int, seed: int) -> list[pa.Table]:
+    rng = np.random.default_rng(seed)
+    versions = np.zeros(customers, dtype=np.int64)
+    out = []
+    for lo in range(0, events, max_batch):
+        n = min(max_batch, events - lo)
+        ids = rng.integers(0, customers, n)
+        order = np.argsort(ids, kind="stable")
+        ids = ids[order]
+        # versions: per key, the next ones in batch order
+        _, first, counts = np.unique(ids, return_index=True, return_counts=True)
+        rank = np.arange(n) - np.repeat(first, counts)
+        versions_out = versions[ids] + rank + 1
+        np.maximum.at(versions, ids, versions_out)
+        deleted = rng.random(n) < 0.02
+        tenants = np.array(["acme", "globex", "initech", "umbrella"])[ids % 4]
+        country = np.array(["FR", "DE", "US", "JP", "BR"])[rng.integers(0, 5, n)]
+        plan = np.array(["free", "basic", "pro", "enterprise"])[rng.integers(0, 4, n)]
+        table = pa.table({
+            "tenant": pa.array(tenants), "customer_id": pa.array(ids, pa.int64()),
+            "version": pa.array(versions_out, pa.int64()),
+            "country": pa.array(np.where(deleted, None, country)),
+            "plan": pa.array(np.where(deleted, None, plan)),
+            "mrr_cents": pa.array(np.where(deleted, None, rng.integers(0, 100_000, n)), pa.int64()),
+            "seats": pa.array(np.where(deleted, None, rng.integers(1, 500, n)), pa.int32()),
+            "email": pa.array(np.where(deleted, None, np.char.add("u", ids.astype(str)))),
+            "signup_day": pa.array(np.where(deleted, None, rng.integers(18000, 20000, n)), pa.int32()).cast(pa.date32()),
+            "deleted": pa.array(deleted),
+        })
+        out.append(table.take(pa.array(rng.permutation(n))))
+    return out
+
+
+def lakepub_workspace(folder: Path, mode: str):
+    from lakepub.init import init_workspace
+    from lakepub.workspace import Workspace
+
+    init_workspace(folder)
+    (folder / "catalog" / "contracts" / "customers@v1.0.yaml").write_text(CONTRACT)
+    (folder / "catalog" / "datasets" / "customers_current.yaml").write_text(yaml.safe_dump({
+        "name": "customers_current", "source": "customers", "contract": "contracts/customers@v1.0",
+        "projection": {"kind": "current"}, "partition": "bucket(16, customer_id)", "write_mode": mode}))
+    return Workspace.open(folder)
+
+
+def run_lakepub(folder: Path, mode: str, batches: list[pa.Table], after=None) -> list[float]:
+    ws = lakepub_workspace(folder, mode)
+    times, position = [], 0
+    for i, batch in enumerate(batches):
+        t0 = time.perf_counter()
+        ws.publish("customers_current", batch, start={"p0": position} if position else {},
+                   end={"p0": position + batch.num_rows})
+        times.append(time.perf_counter() - t0)
+        position += batch.num_rows
+        c.log(f"lakepub {mode}: batch {i + 1}/{len(batches)} {times[-1]:.2f} s")
+        if after is not None:
+            after(ws, i)
+    return times
+
+
+def run_upsert(folder: Path, batches: list[pa.Table]) -> list[float]:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import BooleanType, DateType, IntegerType, LongType, NestedField, StringType
+
+    folder.mkdir(parents=True)
+    catalog = SqlCatalog("bench", uri=f"sqlite:///{folder / 'catalog.db'}", warehouse=f"file://{folder}")
+    catalog.create_namespace("bench")
+    schema = Schema(
+        NestedField(1, "tenant", StringType(), required=True), NestedField(2, "customer_id", LongType(), required=True),
+        NestedField(3, "version", LongType(), required=True), NestedField(4, "country", StringType()),
+        NestedField(5, "plan", StringType()), NestedField(6, "mrr_cents", LongType()),
+        NestedField(7, "seats", IntegerType()), NestedField(8, "email", StringType()),
+        NestedField(9, "signup_day", DateType()), NestedField(10, "deleted", BooleanType(), required=True),
+        identifier_field_ids=[1, 2])
+    table = catalog.create_table("bench.customers", schema=schema)
+    arrow_schema = table.schema().as_arrow()
+    times = []
+    for i, batch in enumerate(batches):
+        t0 = time.perf_counter()
+        latest = batch.group_by(["tenant", "customer_id"]).aggregate([("version", "max")])
+        rows = batch.join(latest.rename_columns(["tenant", "customer_id", "version"]),
+                          keys=["tenant", "customer_id", "version"], join_type="inner")
+        table.upsert(rows.select(arrow_schema.names).cast(arrow_schema), join_cols=["tenant", "customer_id"])
+        table = catalog.load_table("bench.customers")
+        times.append(time.perf_counter() - t0)
+        c.log(f"pyiceberg upsert: batch {i + 1}/{len(batches)} {times[-1]:.2f} s")
+    return times
+
+
+def scan_time(con, src: str, reps: int = 5) -> float:
+    con.execute(SCAN.format(src=src)).fetchall()  # warm
+    runs = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        con.execute(SCAN.format(src=src)).fetchall()
+        runs.append(time.perf_counter() - t0)
+    return statistics.median(runs)
+
+
+def delete_files(table) -> int:
+    snapshot = table.current_snapshot()
+    from pyiceberg.manifest import ManifestContent
+
+    return sum(m.existing_files_count + m.added_files_count for m in snapshot.manifests(table.io)
+               if m.content == ManifestContent.DELETES)
+
+
+def main() -> None:
+    p = c.parser(__doc__.splitlines()[0])
+    p.add_argument("--events", type=int, help="events (default 1,000,000; --quick 5,000)")
+    p.add_argument("--max-batch", type=int, help="batch size (default 100,000; --quick 1,000)")
+    p.add_argument("--customers", type=int, help="distinct customers (default: events / 2)")
+    p.add_argument("--skip-upsert", action="store_true", help="do not run the pyiceberg upsert baseline")
+    p.add_argument("--skip-cow", action="store_true", help="do not run lakepub copy-on-write")
+    args = p.parse_args()
+    events = args.events or (5_000 if args.quick else 1_000_000)
+    max_batch = args.max_batch or (1_000 if args.quick else 100_000)
+    customers = args.customers or max(1, events // 2)
+    r = c.Report("merge_on_read", "current-state publishes: merge-on-read vs copy-on-write vs pyiceberg upsert",
+                 args.quick, params={"events": events, "max_batch": max_batch, "customers": customers,
+                                     "partition": "bucket(16, customer_id)", "fields": 10, "seed": args.seed})
+    sys.path.insert(0, str(c.REPO))
+    from lakepub import duck
+    from lakepub.maintenance.fold import fold_deletes
+
+    batches = make_batches(events, customers, max_batch, args.seed)
+    with c.scratch(args, "merge_on_read") as work:
+        reads: list[tuple[int, float]] = []
+        con_holder = {}
+
+        def after(ws, i):  # DuckDB full-scan time vs the number of live delete files, and plain Parquet
+            table = ws.catalog.load_table(("lakepub", "customers_current"))
+            con = con_holder.setdefault("con", duck.connect(ws.config.catalog))
+            src = duck.scan_sql(table.metadata_location)
+            plain_i = work / f"plain-{i}.parquet"
+            pq.write_table(con.execute(f"SELECT * FROM {src}").to_arrow_table(), plain_i, row_group_size=122_880)
+            reads.append((delete_files(table), scan_time(con, src, reps=3),
+                          scan_time(con, f"read_parquet('{plain_i}')", reps=3)))
+
+        warm = make_batches(2_000, 1_000, 1_000, args.seed + 1)  # imports, pools and caches, for both modes
+        run_lakepub(work / "warm-mor", "merge-on-read", warm)
+        run_lakepub(work / "warm-cow", "copy-on-write", warm)
+        mor = run_lakepub(work / "mor", "merge-on-read", batches)
+        cow = None if args.skip_cow else run_lakepub(work / "cow", "copy-on-write", batches)
+        run_lakepub(work / "mor-reads", "merge-on-read", batches, after)  # reads apart: not in the timings
+        ups = None if args.skip_upsert else run_upsert(work / "upsert", batches)
+
+        r.section(f"publishing {len(batches)} batches of {max_batch:,} events (in process, per-batch wall time)")
+        r.figure("mor_seconds", sum(mor), "lakepub merge-on-read, total", "s",
+                 f"first {mor[0]:.2f} s, last {mor[-1]:.2f} s")
+        if cow:
+            r.figure("cow_seconds", sum(cow), "lakepub copy-on-write, total", "s", f"first {cow[0]:.2f} s, last {cow[-1]:.2f} s")
+            r.ratio("cow_vs_mor", sum(cow), sum(mor), "copy-on-write / merge-on-read")
+        if ups:
+            r.figure("upsert_seconds", sum(ups), "pyiceberg upsert, total", "s", f"first {ups[0]:.2f} s, last {ups[-1]:.2f} s")
+            ratio = r.ratio("upsert_vs_mor", sum(ups), sum(mor), "pyiceberg upsert / lakepub merge-on-read")
+            r.target("pyiceberg upsert / lakepub MoR", ratio, ">=", 50)
+
+        from lakepub.workspace import Workspace
+
+        ws = Workspace.open(work / "mor")
+        table = ws.catalog.load_table(("lakepub", "customers_current"))
+        con = duck.connect(ws.config.catalog)
+        live = con.execute(f"SELECT * FROM {duck.scan_sql(table.metadata_location)}").to_arrow_table()
+        plain = work / "plain.parquet"
+        pq.write_table(live, plain, row_group_size=122_880)  # DuckDB's row-group size: scanned in parallel
+        r.section(f"DuckDB full scan of the merge-on-read table at the end ({live.num_rows:,} live rows)")
+        with_deletes = r.figure("scan_with_deletes_ms", scan_time(con, duck.scan_sql(table.metadata_location)) * 1000,
+                                f"iceberg_scan with {delete_files(table)} live delete files", "ms")
+        plain_ms = r.figure("scan_plain_ms", scan_time(con, f"read_parquet('{plain}')") * 1000,
+                            "the same rows as one plain Parquet file", "ms")
+        r.ratio("scan_deletes_vs_plain", with_deletes, plain_ms, "with delete files / plain Parquet")
+        t0 = time.perf_counter()
+        fold = fold_deletes(ws, "customers_current", threshold=0.0)
+        r.figure("fold_seconds", time.perf_counter() - t0, "lakepub compact (fold, threshold 0)", "s", fold.line())
+        table = ws.catalog.load_table(("lakepub", "customers_current"))
+        folded_ms = r.figure("scan_after_fold_ms", scan_time(con, duck.scan_sql(table.metadata_location)) * 1000,
+                             "iceberg_scan right after the fold", "ms")
+        r.ratio("scan_folded_vs_plain", folded_ms, plain_ms, "after the fold / plain Parquet")
+        view = Workspace.open(work / "mor").published_views()["customers_current"]
+        view_ms = r.figure("view_after_fold_ms", scan_time(con, view.table_sql()) * 1000,
+                           f"lakepub's view after the fold ({len(view.files)} files, no deletes)", "ms",
+                           f"fallback: {view.fallback}")
+        r.ratio("view_folded_vs_plain", view_ms, plain_ms, "view after the fold / plain Parquet")
+        worst = max(reads, key=lambda x: x[1] / x[2])
+        r.target(f"scan with {worst[0]} delete files / plain (worst publish)", worst[1] / worst[2], "<=", 1.3)
+        r.target("view after fold / plain", view_ms / plain_ms, "<=", 1.05)
+        r.section("DuckDB full scan after each publish vs live delete files")
+        for i, (n, s, plain_s) in enumerate(reads):
+            r.figure(f"scan_after_publish_{i + 1}_ms", s * 1000, f"after publish {i + 1}: {n} delete files", "ms",
+                     f"plain Parquet {plain_s * 1000:.1f} ms: {s / plain_s:.2f}x")
+        r.figures["reads"] = [{"delete_files": n, "ms": s * 1000, "plain_ms": p * 1000} for n, s, p in reads]
+        assert con.execute(f"SELECT count(*) FROM {duck.scan_sql(table.metadata_location)}").fetchone()[0] == live.num_rows
+    r.emit(args)
+
+
+if __name__ == "__main__":
+    main()
