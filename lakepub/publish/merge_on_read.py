@@ -48,7 +48,7 @@ from pyiceberg.table import FileScanTask, Table
 
 from lakepub.projection.current import CHANGE_SIGN
 from lakepub.projection.partitioning import PartitionBy
-from lakepub.publish.published_state import PublishedState, split, value_of
+from lakepub.publish.published_state import PublishedState, conform, split, value_of
 from lakepub.store.deletes import deleted_positions
 
 WRITE_MODES = ("copy-on-write", "merge-on-read")
@@ -84,7 +84,7 @@ def load_located(table: Table, tasks: list[FileScanTask], schema: pa.Schema, par
         for delete_file in task.delete_files:
             deletes.setdefault(value_of(delete_file), {})[delete_file.file_path] = delete_file
         rows = reader.to_table([FileScanTask(task.file)])  # without its deletes: positions are the file's
-        rows = rows.select(schema.names).cast(schema)
+        rows = conform(rows, schema)  # before its evolving publish, the table lacks a column the contract adds
         positions = np.arange(rows.num_rows, dtype=np.int64)
         gone = deleted_positions(table.io, task.delete_files, task.file.file_path, cache)
         if len(gone):

@@ -69,6 +69,15 @@ def split(rows: pa.Table, partition: PartitionBy) -> dict[Any, pa.Table]:
     return out
 
 
+def conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``rows`` read from the table as ``schema``: a column a compatible contract adds is null
+    until the publish that evolves the table (``publish/evolution.py``), a promoted one is cast."""
+    for name in schema.names:
+        if name not in rows.column_names:
+            rows = rows.append_column(name, pa.nulls(rows.num_rows, schema.field(name).type))
+    return rows.select(schema.names).cast(schema)
+
+
 def load(table: Table, schema: pa.Schema, partition: PartitionBy, located: tuple[str, ...] | None = None
          ) -> PublishedState:
     """The current rows and data files of the published table (empty before its first publish);
@@ -86,11 +95,7 @@ def load(table: Table, schema: pa.Schema, partition: PartitionBy, located: tuple
         from lakepub.publish.merge_on_read import load_located
 
         return load_located(table, tasks, schema, partition, located)
-    arrow = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter).to_table(tasks)
-    for name in schema.names:  # a column a compatible contract adds, before the publish that evolves the table
-        if name not in arrow.column_names:
-            arrow = arrow.append_column(name, pa.nulls(arrow.num_rows, schema.field(name).type))
-    arrow = arrow.select(schema.names).cast(schema)
+    arrow = conform(ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter).to_table(tasks), schema)
     files: dict[Any, list[DataFile]] = {}
     deletes: dict[Any, dict[str, DataFile]] = {}
     for task in tasks:
