@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from lakepub.errors import ConfigError
 from lakepub.failures import classify
+from lakepub.store import s3
 
 ATTEMPTS = 5
 T = TypeVar("T")
@@ -35,7 +36,7 @@ def open_catalog(name: str, properties: Mapping[str, str], *, attempts: int = AT
     """
     for attempt in range(1, attempts + 1):
         try:
-            return load_catalog(name, **properties)
+            return load_catalog(name, **s3.configure(properties))
         except Exception as exc:  # pyiceberg raises many types for a bad catalog configuration
             if attempt < attempts and created_concurrently(exc):
                 time.sleep(0.02 * attempt)

@@ -5,6 +5,7 @@ A stand-in for real S3's first-byte latency (20-50 ms) on a local machine: each 
 not share the benchmark's GIL) and answers two paths of its own:
 
 * ``GET /__stats``: JSON ``{"total", "in_sequence", "by_method", "busy_s"}`` since the last reset;
+* ``GET /__log``: every request since the last reset, ``[method, path?query, start, end]``;
 * ``POST /__reset``: zero the counters.
 
 ``in_sequence`` is the longest chain of requests each of which started after the previous one
@@ -32,12 +33,17 @@ class LatencyCounter:
     def __init__(self, app, latency_s: float):
         self.app, self.latency_s = app, latency_s
         self._lock = threading.Lock()
-        self._intervals: list[tuple[float, float, str]] = []
+        self._intervals: list[tuple[float, float, str, str]] = []
 
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "")
         if path == "/__stats":
             body = json.dumps(self.stats()).encode()
+            start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+            return [body]
+        if path == "/__log":  # every request since the reset: [method, path, start, end] (diagnosis)
+            with self._lock:
+                body = json.dumps([[k, p, round(s, 4), round(e, 4)] for s, e, k, p in self._intervals]).encode()
             start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
             return [body]
         if path == "/__reset":
@@ -52,18 +58,18 @@ class LatencyCounter:
         body = b"".join(self.app(environ, start_response))
         kind = environ.get("REQUEST_METHOD", "?")
         with self._lock:
-            self._intervals.append((start, time.perf_counter(), kind))
+            self._intervals.append((start, time.perf_counter(), kind, path + "?" + environ.get("QUERY_STRING", "")))
         return [body]
 
     def stats(self) -> dict:
         with self._lock:
             intervals = sorted(self._intervals, key=lambda i: i[1])
         chain, last_end = 0, float("-inf")
-        for start, end, _ in intervals:  # greedy by earliest end: the longest non-overlapping chain
+        for start, end, *_ in intervals:  # greedy by earliest end: the longest non-overlapping chain
             if start >= last_end:
                 chain, last_end = chain + 1, end
         busy, cur_s, cur_e = 0.0, None, None
-        for start, end, _ in sorted(intervals):
+        for start, end, *_ in sorted(intervals):
             if cur_e is None or start > cur_e:
                 busy += (cur_e - cur_s) if cur_e is not None else 0.0
                 cur_s, cur_e = start, end
@@ -71,7 +77,7 @@ class LatencyCounter:
                 cur_e = max(cur_e, end)
         busy += (cur_e - cur_s) if cur_e is not None else 0.0
         return {"total": len(intervals), "in_sequence": chain,
-                "by_method": dict(Counter(kind for _, _, kind in intervals)), "busy_s": round(busy, 4)}
+                "by_method": dict(Counter(i[2] for i in intervals)), "busy_s": round(busy, 4)}
 
 
 def main() -> None:
