@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from lakepub.contract.consumers import ObservedConnection
     from lakepub.maintenance.compact import CompactionResult
     from lakepub.maintenance.janitor import JanitorReport
+    from lakepub.store.cache import FileCache
     from lakepub.reports import DatasetStatus, LogEntry, VerifyReport
     from lakepub.views import Resolution
 
@@ -125,6 +126,13 @@ class Workspace:
         """The pyiceberg catalog of ``lakepub.yaml`` (opened on first use)."""
         return open_catalog(self.config.catalog_name, self.config.catalog_properties())
 
+    @cached_property
+    def file_cache(self) -> "FileCache":
+        """The local cache of an object-store warehouse's key index (``cache:`` in lakepub.yaml)."""
+        from lakepub.store.cache import FileCache
+
+        return FileCache(self.config.cache_dir, self.config.cache_limit_mb << 20)
+
     def dataset(self, name: str) -> DatasetSpec:
         """The definition of dataset ``name``; UnknownDataset (exit 2) if there is none."""
         return self.config.dataset(name)
@@ -135,7 +143,7 @@ class Workspace:
         if group.name not in self._publishers:
             self._publishers[group.name] = Publisher(
                 self.catalog, self.config.namespace, group, lambda: duck.connect(self.config.catalog),
-                mode=self.config.commit, key_index=self.config.key_index,
+                mode=self.config.commit, key_index=self.config.key_index, cache=self.file_cache,
             )
         return self._publishers[group.name]
 
