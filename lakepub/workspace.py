@@ -172,10 +172,13 @@ class Workspace:
     @classified
     def run(self, dataset: str, *, landing: str | Path | None = None, max_batch: int = 100_000,
             on_batch: Callable[[PublishResult, int], None] | None = None,
-            on_start: Callable[[int], None] | None = None) -> RunResult:
+            on_start: Callable[[int], None] | None = None,
+            stop: Callable[[], bool] | None = None) -> RunResult:
         """Publish everything the landing source holds past the committed position, batch by batch.
 
-        ``on_start(pending_records)`` and ``on_batch(result, pending_after)`` report progress.
+        ``on_start(pending_records)`` and ``on_batch(result, pending_after)`` report progress;
+        ``stop()`` is asked before each batch and True ends the run there (``run --follow``
+        stops on SIGTERM this way: never within a batch's publish).
         """
         spec = self.dataset(dataset)
         src = LandingSource(self.config.landing_dir(spec.source, Path(landing) if landing else None), spec.contract)
@@ -198,6 +201,8 @@ class Workspace:
             publisher = self.publisher(dataset)
             publisher.catch_up()  # a dataset added to an entity with history is built first
             for batch, start, end in batches:
+                if stop is not None and stop():
+                    break
                 result = publisher.publish(batch, source=spec.source, start=start, end=end, dataset=dataset)
                 results.append(result)
                 position = end
