@@ -124,7 +124,7 @@ class Workspace:
     @cached_property
     def catalog(self) -> Catalog:
         """The pyiceberg catalog of ``lakepub.yaml`` (opened on first use)."""
-        return open_catalog(self.config.catalog_name, self.config.catalog_properties())
+        return open_catalog(self.config.catalog_name, self.config.catalog_properties(), cache=self.file_cache)
 
     @cached_property
     def file_cache(self) -> "FileCache":

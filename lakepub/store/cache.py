@@ -32,7 +32,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -41,12 +41,15 @@ from pyiceberg.io import FileIO
 
 from lakepub.store.key_index import INDEX_FOLDER, INDEX_SCHEMA, KeyIndex, Run
 
+CACHE_FOLDER = "lakepub.cache-folder"  # FileIO properties (store/s3.py reads Parquet files through the cache)
+CACHE_LIMIT_MB = "lakepub.cache-limit-mb"
 DEFAULT_FOLDER = ".lakepub/cache"
 DEFAULT_LIMIT_MB = 4096
 CHUNK = 8 << 20
 PART_PREFIX = ".part-"
 _STALE_PART_S = 3600  # a temporary download older than this belongs to a killed process
 _ARROW_MAGIC = b"ARROW1"
+_PARQUET_MAGIC = b"PAR1"
 _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="lakepub-cache")
 
 
@@ -70,11 +73,12 @@ class FileCache:
             raise ValueError(f"not a remote file location: {location}")
         return self.folder / parts.scheme / parts.netloc / key
 
-    def fetch(self, io: FileIO, location: str, size: int | None = None,
-              check: Callable[[Path], bool] | None = None) -> Path:
+    def fetch(self, io: FileIO | None, location: str, size: int | None = None,
+              check: Callable[[Path], bool] | None = None, open_remote: Callable[[], Any] | None = None) -> Path:
         """The local copy of ``location``: the cached one if it passes the checks (``size``, when
-        known, and ``check``), else downloaded anew (atomically). Raises OSError if the remote file
-        cannot be read (FileNotFoundError if it is gone) or the download has the wrong size."""
+        known, and ``check``), else downloaded anew (atomically) with ``io`` (or ``open_remote()``,
+        a readable stream). Raises OSError if the remote file cannot be read (FileNotFoundError if
+        it is gone) or the download has the wrong size."""
         path = self.path(location)
         if self._valid(path, size, check):
             _touch(path)
@@ -84,7 +88,8 @@ class FileCache:
         tmp = path.with_name(f"{PART_PREFIX}{uuid.uuid4().hex}-{path.name}")
         try:
             written = 0
-            with io.new_input(location).open(seekable=False) as source, open(tmp, "wb") as sink:
+            opened = open_remote() if open_remote is not None else io.new_input(location).open(seekable=False)
+            with opened as source, open(tmp, "wb") as sink:
                 while chunk := source.read(CHUNK):
                     sink.write(chunk)
                     written += len(chunk)
@@ -154,15 +159,24 @@ def _touch(path: Path) -> None:
         pass
 
 
+def _framed(path: Path, magic: bytes) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(len(magic))
+        f.seek(0, os.SEEK_END)
+        if f.tell() < 2 * len(magic):
+            return False
+        f.seek(-len(magic), os.SEEK_END)
+        return head == magic and f.read() == magic
+
+
 def arrow_file(path: Path) -> bool:
     """Whether ``path`` starts and ends with the Arrow IPC file magic (cheap: two small reads)."""
-    with open(path, "rb") as f:
-        head = f.read(len(_ARROW_MAGIC))
-        f.seek(0, os.SEEK_END)
-        if f.tell() < 2 * len(_ARROW_MAGIC):
-            return False
-        f.seek(-len(_ARROW_MAGIC), os.SEEK_END)
-        return head == _ARROW_MAGIC and f.read() == _ARROW_MAGIC
+    return _framed(path, _ARROW_MAGIC)
+
+
+def parquet_file(path: Path) -> bool:
+    """Whether ``path`` starts and ends with the Parquet magic (a download cut short does not)."""
+    return _framed(path, _PARQUET_MAGIC)
 
 
 class CachedKeyIndex(KeyIndex):

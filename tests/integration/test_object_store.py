@@ -199,6 +199,37 @@ def test_a_warm_publish_writes_small_files_in_one_put_and_reads_nothing_back(cou
     assert _published(ws) == _published_oracle(ws)
 
 
+def test_a_new_process_reads_the_published_files_from_the_disk_cache(counting_s3, make_workspace, tmp_path):
+    """Data files a process wrote are kept in the disk cache: the next process (memory emptied)
+    reads the published partitions it rewrites from disk, not S3; a truncated copy is refetched."""
+    s3, counter = counting_s3
+    ws = _workspace(make_workspace, tmp_path, s3, "disk", events=3000)
+    batches = _batches(ws)
+    ws.publish(DATASET, batches[0][0], start=batches[0][1], end=batches[0][2])
+    ws.close()
+    data = ws.file_cache.folder / "s3" / s3.bucket / "disk" / "lakepub" / DATASET / "data"
+    corrupted: set[str] = set()
+    for events, start, end in batches[1:]:
+        REMEMBERED.clear()  # as in a new process
+        fresh = Workspace.open(ws.config.root)
+        counter._intervals = []
+        assert fresh.publish(DATASET, events, start=start, end=end).status == "published"
+        log = [(k, p) for _, _, k, p in counter._intervals]
+        fetched = {p.split("?")[0].rsplit("/", 2)[-2:][0] + "/" + p.split("?")[0].rsplit("/", 1)[1]
+                   for k, p in log if k == "GET" and "/data/" in p}
+        assert fetched == corrupted, log  # only the truncated copy is fetched again (every partition is rewritten)
+        assert not [p for k, p in log if "/index/" in p and k != "PUT"], log  # the index runs: from disk too
+        fresh.close()
+        table = Workspace.open(ws.config.root).catalog.load_table((ws.config.namespace, DATASET))
+        live = sorted(task.file.file_path for task in table.scan().plan_files())
+        victim = ws.file_cache.path(live[0])
+        assert victim.is_file() and str(victim).startswith(str(data))
+        victim.write_bytes(victim.read_bytes()[:-10])  # truncated: the next process must refetch it
+        corrupted = {f"{victim.parent.name}/{victim.name}"}
+    assert _published(ws) == _published_oracle(ws)
+    assert Workspace.open(ws.config.root).verify(DATASET, deep=True).ok
+
+
 def _batches(ws: Workspace):
     from lakepub.landing import LandingSource
 
