@@ -218,9 +218,11 @@ class CachedKeyIndex(KeyIndex):
         self.ensure(runs)  # a merge reads them
         out = super().append(runs, new_rows)
         old = {run.name for run in runs}
-        written = [run for run in out if run.name not in old]
-        if written and self.io is None:
+        written = {run.name: _POOL.submit(self.upload, run) for run in out if run.name not in old}
+        return [written[run.name].result() if run.name in written else run for run in out]
+
+    def upload(self, run: Run) -> Run:
+        """Upload a run written to the cache folder next to the ledger; the run with its size."""
+        if self.io is None:
             raise OSError("the key index has no FileIO bound")
-        sizes = {run.name: _POOL.submit(self.cache.put, self.io, self.location(run), self.folder / run.name)
-                 for run in written}
-        return [Run(run.name, run.rows, sizes[run.name].result()) if run.name in sizes else run for run in out]
+        return Run(run.name, run.rows, self.cache.put(self.io, self.location(run), self.folder / run.name))

@@ -359,3 +359,23 @@ def test_remembered_metadata_is_only_what_was_written_completely(s3_endpoint):
     assert REMEMBERED.get(location) == b'{"whole": true}'
     with io.new_input(location).open() as f:
         assert f.read() == b'{"whole": true}'
+
+
+def test_compaction_on_s3_writes_an_index_the_next_publish_uses(s3_endpoint, make_workspace, tmp_path):
+    """`lakepub compact` on S3 names a complete index (uploaded, with its size): publishes after it
+    look keys up in it and equal a ledger scanned without an index."""
+    with_index = _workspace(make_workspace, tmp_path, s3_endpoint, "compacted")
+    without = _workspace(make_workspace, tmp_path, s3_endpoint, "compacted_scan", key_index=False)
+    for ws in (with_index, without):
+        ws.run(DATASET, max_batch=700)
+        ws.compact(DATASET)
+    runs = _runs(with_index)
+    assert runs is not None and len(runs) == 1 and runs[0].size
+    for name in ("compacted", "compacted_scan"):
+        _append_landing(tmp_path / name, seed=13)
+    for ws in (with_index, without):
+        ws.run(DATASET)
+    runs = _runs(with_index)
+    assert runs is not None and len(runs) >= 1 and all(r.size for r in runs)
+    assert _published(with_index) == _published(without) == _published_oracle(with_index)
+    assert with_index.verify(DATASET, deep=True).ok
