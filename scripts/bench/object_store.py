@@ -125,6 +125,13 @@ def measure(label: str, server: Server | None, work: Path, args, run_stream: Pat
         if i:  # the first one warms the process
             warm.append((seconds, counted.stats))
         c.log(f"  {label}: warm publish {i}: {seconds:.3f} s {counted.stats}, {len(res.partitions)} partitions")
+    from lakepub.store.key_index import runs_of
+    from lakepub.store.layout import ledger_id
+
+    ledger = ws.catalog.load_table(ledger_id(ws.config.namespace, c.DATASET))
+    runs = runs_of(ledger.current_snapshot()) or []
+    out["ledger_rows"] = sum(r.rows for r in runs)
+    out["index_bytes"] = sum(r.size or 0 for r in runs)
     ws.close()
     warm.sort(key=lambda x: x[0])
     out["warm_s"], out["warm_req"] = warm[len(warm) // 2]
@@ -183,6 +190,14 @@ def main() -> None:
         r.lines.append(f"  {label:<34} {local[key + '_s']:>8.2f}s {s3[key + '_s']:>11.2f}s "
                        f"{req['in_sequence']:>10} / {req['total']:<6}")
     r.lines.append(f"  (history {args.history:,} orders; the batch rewrites {s3['partitions']} partitions)")
+    rows_m = s3["ledger_rows"] / 1e6
+    extra = s3["cold_s"] - s3["cold_cached_s"]
+    r.figure("index_bytes_per_row", s3["index_bytes"] / max(1, s3["ledger_rows"]), "key index on S3, bytes per ledger row",
+             "B", f"{s3['index_bytes'] / 2**20:,.1f} MiB for {s3['ledger_rows']:,} rows")
+    r.figure("cold_cache_extra_s_per_m_rows", extra / rows_m if rows_m else None,
+             "empty cache: extra seconds per 1M ledger rows", "s",
+             f"{extra:.2f} s at {rows_m:.1f}M rows (index runs + published files fetched)")
+    r.figure("s3_warm_over_local", s3["warm_s"] / local["warm_s"], "warm publish, S3 / local", "x")
     r.target("warm publish requests in sequence <= 25", s3["warm_req"]["in_sequence"], "<=", 25)
     r.target("run on S3 / local <= 2.5", s3["run_s"] / local["run_s"], "<=", 2.5)
     r.target("cold publish (cache warm) / warm publish <= 1.3", s3["cold_cached_s"] / s3["warm_s"], "<=", 1.3)

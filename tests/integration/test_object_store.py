@@ -379,3 +379,29 @@ def test_compaction_on_s3_writes_an_index_the_next_publish_uses(s3_endpoint, mak
     assert runs is not None and len(runs) >= 1 and all(r.size for r in runs)
     assert _published(with_index) == _published(without) == _published_oracle(with_index)
     assert with_index.verify(DATASET, deep=True).ok
+
+
+def test_verify_deep_checks_the_index_on_s3(s3_endpoint, make_workspace, tmp_path):
+    """verify --deep compares the S3 index runs (through the cache) with the ledger: a run
+    replaced on S3 by one with a row changed is reported, even with the cache emptied."""
+    ws = _workspace(make_workspace, tmp_path, s3_endpoint, "verified", events=1200)
+    ws.run(DATASET, max_batch=600)
+    assert ws.verify(DATASET, deep=True).ok
+    run = _runs(ws)[-1]
+    key = f"verified/lakepub/orders_daily__ledger/index/{run.name}"
+    table = pa.ipc.open_file(pa.BufferReader(
+        s3_endpoint.client().get_object(Bucket=s3_endpoint.bucket, Key=key)["Body"].read())).read_all()
+    version = table.column("version").to_pylist()
+    version[0] += 1  # a seen version the ledger does not have
+    table = table.set_column(table.schema.get_field_index("version"), "version", pa.array(version, pa.int64()))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    forged = sink.getvalue().to_pybytes()
+    assert len(forged) == run.size  # same size: only the content check can tell
+    s3_endpoint.client().put_object(Bucket=s3_endpoint.bucket, Key=key, Body=forged)
+    import shutil
+
+    shutil.rmtree(ws.file_cache.folder)
+    report = Workspace.open(ws.config.root).verify(DATASET, deep=True)
+    assert not report.ok and any("key index" in m for m in report.mismatches), report.mismatches
