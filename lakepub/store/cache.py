@@ -28,8 +28,10 @@ The invariants:
 from __future__ import annotations
 
 import os
+import struct
 import time
 import uuid
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -50,6 +52,7 @@ PART_PREFIX = ".part-"
 _STALE_PART_S = 3600  # a temporary download older than this belongs to a killed process
 _ARROW_MAGIC = b"ARROW1"
 _PARQUET_MAGIC = b"PAR1"
+_SMALL_MAGIC = b"LPC1"  # frame of the small files ``store`` keeps: data, magic, crc32 (u32), length (u64)
 _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="lakepub-cache")
 
 
@@ -112,6 +115,42 @@ class FileCache:
         size = local.stat().st_size
         self.evict(keep={local})
         return size
+
+    def store(self, location: str, data: bytes) -> None:
+        """Keep a small immutable file's bytes (Iceberg metadata), framed with their length and
+        CRC-32 so that ``read`` detects any truncation or corruption; written atomically."""
+        path = self.path(location)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{PART_PREFIX}{uuid.uuid4().hex}-{path.name}")
+            try:
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                    f.write(_SMALL_MAGIC + struct.pack("<IQ", zlib.crc32(data), len(data)))
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+        except OSError:  # a cache that cannot be written only costs a download next time
+            return
+        self.evict(keep={path})
+
+    def read(self, location: str) -> bytes | None:
+        """The bytes ``store`` kept for ``location``, or None (absent, or failing its check: then
+        deleted, to be fetched again)."""
+        path = self.path(location)
+        try:
+            raw = path.read_bytes()
+        except OSError:
+            return None
+        tail = len(_SMALL_MAGIC) + 12
+        if len(raw) >= tail and raw[-tail:-12] == _SMALL_MAGIC:
+            crc, size = struct.unpack("<IQ", raw[-12:])
+            data = raw[:-tail]
+            if size == len(data) and zlib.crc32(data) == crc:
+                _touch(path)
+                return data
+        path.unlink(missing_ok=True)
+        return None
 
     def evict(self, keep: set[Path] = frozenset()) -> int:  # type: ignore[assignment]
         """Delete least recently used files beyond the limit (and stale temporary downloads);

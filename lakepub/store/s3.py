@@ -27,8 +27,9 @@ LIST). At 20-50 ms per request that was ~70 requests in sequence per publish (me
 
 * a manifest list read from the store has its manifests fetched side by side into memory
   (pyiceberg reads them one after another: a round trip each);
-* with a disk cache (``store/cache.py``, the workspace's ``cache:``), Parquet files are written
-  to it as they are uploaded and read from it (fetched on a miss, atomically; checked by the
+* with a disk cache (``store/cache.py``, the workspace's ``cache:``), the immutable metadata
+  files above are also kept on disk (framed with a CRC-32: a damaged copy is dropped and fetched
+  again), and Parquet files are written to it as they are uploaded and read from it (fetched on a miss, atomically; checked by the
   Parquet magic at both ends): a new process rewriting the published partitions reads them from
   disk. Data files are immutable (UUID names), so a copy is never stale.
 
@@ -117,8 +118,9 @@ REMEMBERED = _Remembered()
 class _Tee:
     """An output stream that keeps a copy of what it wrote, remembered once closed without error."""
 
-    def __init__(self, stream: Any, location: str):
+    def __init__(self, stream: Any, location: str, disk: FileCache | None = None):
         self._stream, self._location, self._parts = stream, location, []  # type: ignore[var-annotated]
+        self._small_disk = disk
 
     def write(self, data: Any) -> int:
         self._parts.append(bytes(data))
@@ -136,7 +138,10 @@ class _Tee:
 
     def close(self) -> None:
         self._stream.close()  # uploads (raises if the upload failed: nothing is remembered)
-        REMEMBERED.put(self._location, b"".join(self._parts))
+        data = b"".join(self._parts)
+        REMEMBERED.put(self._location, data)
+        if self._small_disk is not None:
+            self._small_disk.store(self._location, data)
 
     def __enter__(self) -> "_Tee":
         return self
@@ -193,7 +198,7 @@ class _S3File(PyArrowFile):
         stream = super().create(overwrite=True)
         if self.disk is not None and self.location.endswith(".parquet"):
             return _DiskTee(stream, self.location, self.disk)
-        return _Tee(stream, self.location) if immutable(self.location) else stream
+        return _Tee(stream, self.location, self.disk) if immutable(self.location) else stream
 
     def open(self, seekable: bool = True) -> Any:
         if self.disk is not None and self.location.endswith(".parquet"):
@@ -206,9 +211,15 @@ class _S3File(PyArrowFile):
         return pa.BufferReader(data)
 
     def _download(self) -> bytes:
+        data = self.disk.read(self.location) if self.disk is not None else None
+        if data is not None:  # kept on disk by this machine: no request
+            REMEMBERED.put(self.location, data)
+            return data
         with PyArrowFile.open(self, seekable=False) as stream:
             data = stream.read()
         REMEMBERED.put(self.location, data)
+        if self.disk is not None:
+            self.disk.store(self.location, data)
         if _MANIFEST_LIST.search(self.location):
             _prefetch_manifests(self, data)
         return data
@@ -271,6 +282,7 @@ def _prefetch_manifests(manifest_list: _S3File, data: bytes) -> None:
         if REMEMBERED.get(path) is None and path.startswith(("s3://", "s3a://")):
             target = _S3File(location=path, path=_path_of(path), fs=manifest_list._filesystem,
                              buffer_size=manifest_list._buffer_size)
+            target.disk = manifest_list.disk
             _PREFETCH.submit(_quietly, target)
 
 

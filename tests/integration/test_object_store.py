@@ -218,6 +218,7 @@ def test_a_new_process_reads_the_published_files_from_the_disk_cache(counting_s3
         fetched = {p.split("?")[0].rsplit("/", 2)[-2:][0] + "/" + p.split("?")[0].rsplit("/", 1)[1]
                    for k, p in log if k == "GET" and "/data/" in p}
         assert fetched == corrupted, log  # only the truncated copy is fetched again (every partition is rewritten)
+        assert not [p for k, p in log if k == "GET" and "/data/" not in p], log  # metadata and index: from disk
         assert not [p for k, p in log if "/index/" in p and k != "PUT"], log  # the index runs: from disk too
         fresh.close()
         table = Workspace.open(ws.config.root).catalog.load_table((ws.config.namespace, DATASET))
@@ -281,6 +282,21 @@ def test_cache_refetches_a_corrupted_or_truncated_copy(s3_endpoint, tmp_path):
     # a file gone from the store: FileNotFoundError (the lookup falls back to scanning)
     with pytest.raises(FileNotFoundError):
         cache.fetch(io, location + ".gone", None, arrow_file)
+
+
+def test_small_files_kept_on_disk_are_checked_by_their_crc(tmp_path):
+    cache = FileCache(tmp_path / "cache")
+    location = "s3://bucket/t/metadata/00001-abc.metadata.json"
+    data = json.dumps({"format-version": 2, "x": list(range(100))}).encode()
+    cache.store(location, data)
+    assert cache.read(location) == data
+    path = cache.path(location)
+    raw = path.read_bytes()
+    for damaged in (raw[:-1], raw[:10], raw[:20] + bytes([raw[20] ^ 1]) + raw[21:], data):
+        path.write_bytes(damaged)
+        assert cache.read(location) is None and not path.exists()  # dropped: fetched again by the reader
+        cache.store(location, data)
+    assert cache.read(location) == data
 
 
 def test_cache_keeps_its_size_limit_least_recently_used_first(s3_endpoint, tmp_path):
