@@ -8,8 +8,8 @@ same steps run against a local warehouse and an S3 one (SQLite catalog both), in
 * history: ``--history`` version-1 orders over 3 years, published in batches of ``--build-batch``;
 * warm publish: ``--batch`` events (history.py's mix: every batch rewrites ~37 month partitions)
   through one ``Workspace`` (one warm-up, then timed ``--repeat`` times, median);
-* cold publish: a new ``lakepub publish`` process (the cache under .lakepub/cache warm, then
-  with the cache emptied);
+* cold publish: a publish in a new process, timed after its imports (the cache under
+  .lakepub/cache emptied, then warm); the whole process's wall time is reported beside it;
 * run: a new ``lakepub run`` process over a ``--run-events`` landing stream (batches of 100k).
 
     python scripts/bench/object_store.py [--quick] [--latency-ms 30] [--history 1000000]
@@ -35,6 +35,20 @@ from history import History, build
 
 HERE = Path(__file__).resolve().parent
 KEY, SECRET, REGION = "bench-key", "bench-secret", "us-east-1"
+
+
+# A publish in a new process, timed from after the imports (what a new process adds over a warm
+# one: opening the catalog, loading the tables, the index and the published rows), to stdout.
+_COLD = """
+import sys, time
+from lakepub.workspace import Workspace
+import pyarrow, pyiceberg.catalog.sql, pyiceberg.io.pyarrow  # imported by any lakepub process before it publishes
+root, events, start, end = sys.argv[1:5]
+t0 = time.perf_counter()
+ws = Workspace.open(root)
+ws.publish("orders_daily", events, start={"p0": int(start)}, end={"p0": int(end)})
+print(time.perf_counter() - t0)
+"""
 
 
 class Server:
@@ -141,13 +155,14 @@ def measure(label: str, server: Server | None, work: Path, args, run_stream: Pat
         if clear and cache.exists():
             shutil.rmtree(cache)
         i = len(warm) + 1 + (tag == "cold_cached")
-        argv = c.lakepub_argv("publish", c.DATASET, "--events", str(paths[i]), "--start",
-                              json.dumps({"p0": position}), "--end", json.dumps({"p0": position + args.batch}))
+        argv = [sys.executable, "-c", _COLD, str(folder / "hist"), str(paths[i]), str(position),
+                str(position + args.batch)]
         with Counted(server) as counted:
-            seconds, _ = c.timed_process(argv, cwd=folder / "hist")
+            wall, printed = c.timed_process(argv, cwd=folder / "hist")
         position += args.batch
-        out[f"{tag}_s"], out[f"{tag}_req"] = seconds, counted.stats
-        c.log(f"  {label}: {tag} publish (new process): {seconds:.3f} s {counted.stats}")
+        seconds = float(printed.strip().splitlines()[-1])
+        out[f"{tag}_s"], out[f"{tag}_wall_s"], out[f"{tag}_req"] = seconds, wall, counted.stats
+        c.log(f"  {label}: {tag} publish (new process): {seconds:.3f} s, process {wall:.2f} s {counted.stats}")
     make_workspace(folder / "run", server, run_stream).close()
     with Counted(server) as counted:
         seconds, _ = c.timed_process(c.lakepub_argv("run", c.DATASET), cwd=folder / "run")
@@ -183,20 +198,22 @@ def main() -> None:
     r.figures.update({"local": local, "s3": s3})
     r.section(f"{'':<34} {'local':>9} {'S3 +' + format(args.latency_ms, 'g') + ' ms':>12} {'requests (seq / all)':>22}")
     for key, label in (("warm", f"publish {args.batch:,} events, warm process"),
-                       ("cold_cached", "publish, new process, cache warm"),
-                       ("cold", "publish, new process, cache empty"),
+                       ("cold_cached", "publish in a new process, cache warm"),
+                       ("cold", "publish in a new process, cache empty"),
                        ("run", f"`lakepub run` {args.run_events:,} events")):
         req = s3[f"{key}_req"]
         r.lines.append(f"  {label:<34} {local[key + '_s']:>8.2f}s {s3[key + '_s']:>11.2f}s "
                        f"{req['in_sequence']:>10} / {req['total']:<6}")
-    r.lines.append(f"  (history {args.history:,} orders; the batch rewrites {s3['partitions']} partitions)")
+    r.lines.append(f"  (history {args.history:,} orders; the batch rewrites {s3['partitions']} partitions; a new "
+                   f"process timed after its imports; whole process, cache warm: local {local['cold_cached_wall_s']:.2f} s, "
+                   f"S3 {s3['cold_cached_wall_s']:.2f} s)")
     rows_m = s3["ledger_rows"] / 1e6
     extra = s3["cold_s"] - s3["cold_cached_s"]
     r.figure("index_bytes_per_row", s3["index_bytes"] / max(1, s3["ledger_rows"]), "key index on S3, bytes per ledger row",
              "B", f"{s3['index_bytes'] / 2**20:,.1f} MiB for {s3['ledger_rows']:,} rows")
-    r.figure("cold_cache_extra_s_per_m_rows", extra / rows_m if rows_m else None,
-             "empty cache: extra seconds per 1M ledger rows", "s",
-             f"{extra:.2f} s at {rows_m:.1f}M rows (index runs + published files fetched)")
+    r.figure("cold_cache_extra_s", extra, "empty cache: extra seconds", "s",
+             f"{extra / rows_m if rows_m else 0:.2f} s per 1M ledger rows at {rows_m:.1f}M rows "
+             f"(the index runs and the {s3['partitions']} published files fetched)")
     r.figure("s3_warm_over_local", s3["warm_s"] / local["warm_s"], "warm publish, S3 / local", "x")
     r.target("warm publish requests in sequence <= 25", s3["warm_req"]["in_sequence"], "<=", 25)
     r.target("run on S3 / local <= 2.5", s3["run_s"] / local["run_s"], "<=", 2.5)
