@@ -21,14 +21,17 @@ The invariants:
   IPC magic bytes at both ends. A file failing the check is deleted and downloaded again. (A
   flipped bit inside a file of the right size and ends is not detected: the cache trusts the
   disk as the local warehouse does.)
-* **bounded**: after each download or upload the least recently used files beyond the size
-  limit are deleted (a file is touched on each use); files in use by this lookup are kept.
+* **bounded**: the least recently used files beyond the size limit are deleted (a file is
+  touched on each use; the file just added is kept), on a process's first addition and whenever
+  its running total of the folder crosses the limit (a walk of the folder per publish would cost
+  more than the publish; other processes' additions are seen at the next walk).
 """
 
 from __future__ import annotations
 
 import os
 import struct
+import threading
 import time
 import uuid
 import zlib
@@ -67,6 +70,18 @@ class FileCache:
 
     def __init__(self, folder: Path, limit: int = DEFAULT_LIMIT_MB << 20):
         self.folder, self.limit = Path(folder), limit
+        self._total: int | None = None  # this process's estimate of the bytes in the folder
+        self._lock = threading.Lock()
+
+    def added(self, size: int, keep: set[Path] = frozenset()) -> None:  # type: ignore[assignment]
+        """Account for a file of ``size`` bytes just added; evict (a walk of the folder) on the
+        first addition of this process and whenever the running total crosses the limit, not on
+        every file (a publish adds ~40)."""
+        with self._lock:
+            if self._total is not None and self._total + size <= self.limit:
+                self._total += size
+                return
+            self.evict(keep)
 
     def path(self, location: str) -> Path:
         """Where the copy of ``location`` is kept."""
@@ -103,7 +118,7 @@ class FileCache:
             os.replace(tmp, path)  # the final name appears only with the whole file
         finally:
             tmp.unlink(missing_ok=True)
-        self.evict(keep={path})
+        self.added(written, keep={path})
         return path
 
     def put(self, io: FileIO, location: str, local: Path) -> int:
@@ -113,7 +128,7 @@ class FileCache:
             while chunk := source.read(CHUNK):
                 sink.write(chunk)
         size = local.stat().st_size
-        self.evict(keep={local})
+        self.added(size, keep={local})
         return size
 
     def store(self, location: str, data: bytes) -> None:
@@ -132,7 +147,7 @@ class FileCache:
                 tmp.unlink(missing_ok=True)
         except OSError:  # a cache that cannot be written only costs a download next time
             return
-        self.evict(keep={path})
+        self.added(len(data), keep={path})
 
     def read(self, location: str) -> bytes | None:
         """The bytes ``store`` kept for ``location``, or None (absent, or failing its check: then
@@ -179,6 +194,7 @@ class FileCache:
                 continue
             path.unlink(missing_ok=True)  # a mapped file stays readable until unmapped
             freed += size
+        self._total = total - freed
         return freed
 
     @staticmethod

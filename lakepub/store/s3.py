@@ -176,7 +176,7 @@ class _DiskTee(_Tee):
         finally:
             self._copy.close()
             self._tmp.unlink(missing_ok=True)
-        self._disk.evict(keep={self._final})
+        self._disk.added(self._final.stat().st_size, keep={self._final})
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         if exc_type is None:
