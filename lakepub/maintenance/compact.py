@@ -143,7 +143,7 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
         ledger_tx.delete(AlwaysTrue(), snapshot_properties=props)
         # Only the compacted snapshot names the index: its runs hold exactly that snapshot's rows.
         ledger_tx.append(reader.cast(schema), snapshot_properties=props if index is None else
-                         {**props, key_index.INDEX_PROPERTY: key_index.encode([index])})
+                         {**props, **key_index.properties([index])})
         compacted = ledger_tx.table_metadata.current_snapshot_id
         summaries = []
         for name, table in tables.items():  # each dataset of the entity names the compacted ledger

@@ -24,8 +24,8 @@ names are referenced for the janitor (``maintenance/reachability.py``), those no
 snapshot names (merged away, expired, or written by a publish that lost its commit) are orphans.
 
 Memory-mapping needs a file system: on an object store the runs are uploaded next to the ledger
-and mapped from local copies in a disk cache (``store/cache.py``; run entries then also record
-their size in bytes: ``[file name, rows, bytes]``). A run that cannot
+and mapped from local copies in a disk cache (``store/cache.py``; the snapshot then also records
+their sizes in bytes, ``lakepub.key-index-bytes``: ``[bytes, ...]`` in run order). A run that cannot
 be read (deleted by hand) makes ``publish/lookup.py`` fall back to the join and stop indexing
 until ``lakepub compact`` writes a complete index again.
 
@@ -52,6 +52,7 @@ from lakepub.contract.model import Contract
 from lakepub.contract.orders import ORDERS_CONTRACT
 
 INDEX_PROPERTY = "lakepub.key-index"
+SIZES_PROPERTY = "lakepub.key-index-bytes"  # [bytes of each run, in run order]: runs on an object store
 INDEX_FOLDER = "index"
 _OWN = ("k1", "k2", "version", "compacted", "floor")  # the index's own columns
 
@@ -102,12 +103,26 @@ def runs_of(snapshot: Snapshot | None) -> list[Run] | None:
     raw = (snapshot.summary.additional_properties if snapshot.summary else {}).get(INDEX_PROPERTY)
     if raw is None:
         return None
-    return [Run(str(entry[0]), int(entry[1]), int(entry[2]) if len(entry) > 2 else None) for entry in json.loads(raw)]
+    entries = json.loads(raw)
+    sizes = json.loads((snapshot.summary.additional_properties if snapshot.summary else {}).get(SIZES_PROPERTY)
+                       or "null")
+    if not isinstance(sizes, list) or len(sizes) != len(entries):
+        sizes = [None] * len(entries)
+    return [Run(str(name), int(rows), int(size) if size is not None else None)
+            for (name, rows), size in zip(entries, sizes)]
 
 
 def encode(runs: Sequence[Run]) -> str:
-    return json.dumps([[r.name, r.rows] if r.size is None else [r.name, r.rows, r.size] for r in runs],
-                      separators=(",", ":"))
+    return json.dumps([[r.name, r.rows] for r in runs], separators=(",", ":"))
+
+
+def properties(runs: Sequence[Run]) -> dict[str, str]:
+    """The snapshot summary properties naming ``runs``: the run list, and their sizes in bytes
+    when known (runs on an object store: ``store/cache.py`` checks local copies against them)."""
+    out = {INDEX_PROPERTY: encode(runs)}
+    if any(r.size is not None for r in runs):
+        out[SIZES_PROPERTY] = json.dumps([r.size for r in runs], separators=(",", ":"))
+    return out
 
 
 def folder_of(table_location: str) -> Path | None:
