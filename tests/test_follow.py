@@ -119,3 +119,8 @@ def test_sigterm_during_a_run_stops_between_batches(ws_path):
 def test_follow_refuses_a_bad_interval(cli, interval):
     result = cli("run", DATASET, "--follow", "--interval", interval)
     assert result.code == 2 and "--interval" in result.err and len(result.err.strip().splitlines()) == 1
+
+
+def test_interval_without_follow_is_refused(cli):
+    result = cli("run", DATASET, "--interval", "5s")
+    assert result.code == 2 and "--follow" in result.err and len(result.err.strip().splitlines()) == 1
