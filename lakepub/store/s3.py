@@ -197,14 +197,22 @@ class _S3File(PyArrowFile):
     def create(self, overwrite: bool = False) -> Any:  # noqa: ARG002 - names are unique; see above
         stream = super().create(overwrite=True)
         if self.disk is not None and self.location.endswith(".parquet"):
-            return _DiskTee(stream, self.location, self.disk)
+            try:
+                return _DiskTee(stream, self.location, self.disk)
+            except OSError:  # a cache folder that cannot be written: upload only
+                return stream
         return _Tee(stream, self.location, self.disk) if immutable(self.location) else stream
 
     def open(self, seekable: bool = True) -> Any:
         if self.disk is not None and self.location.endswith(".parquet"):
-            path = self.disk.fetch(None, self.location, None, parquet_file,
-                                   open_remote=lambda: PyArrowFile.open(self, seekable=False))
-            return pa.memory_map(str(path))
+            try:
+                path = self.disk.fetch(None, self.location, None, parquet_file,
+                                       open_remote=lambda: PyArrowFile.open(self, seekable=False))
+                return pa.memory_map(str(path))
+            except FileNotFoundError:
+                raise
+            except OSError:  # e.g. a cache folder that cannot be written: read from the store
+                return super().open(seekable)
         if not immutable(self.location):
             return super().open(seekable)
         data = REMEMBERED.get(self.location) or _fetch_once(self)

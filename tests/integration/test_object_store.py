@@ -421,3 +421,17 @@ def test_verify_deep_checks_the_index_on_s3(s3_endpoint, make_workspace, tmp_pat
     shutil.rmtree(ws.file_cache.folder)
     report = Workspace.open(ws.config.root).verify(DATASET, deep=True)
     assert not report.ok and any("key index" in m for m in report.mismatches), report.mismatches
+
+
+def test_an_unwritable_cache_folder_only_costs_downloads(s3_endpoint, make_workspace, tmp_path):
+    """A cache folder that cannot be created (a file is in its way): publishes and reads still
+    work, from S3; the index falls back to the DuckDB join with a warning."""
+    ws = _workspace(make_workspace, tmp_path, s3_endpoint, "nocache", events=1200)
+    blocker = ws.config.cache_dir
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("not a folder")
+    with pytest.warns(UserWarning, match="key index unreadable"):
+        ws.run(DATASET, max_batch=600)
+    REMEMBERED.clear()
+    assert _published(ws) == _published_oracle(ws)
+    assert Workspace.open(ws.config.root).verify(DATASET, deep=True).ok
