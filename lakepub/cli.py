@@ -128,10 +128,17 @@ def publish(ctx: click.Context, dataset: str, events_path: Path, source: str | N
               help="The source's landing folder (default: <workspace>/landing/<source>).")
 @click.option("--max-batch", type=click.IntRange(min=1), default=100_000, show_default=True,
               help="Most records per published batch.")
+@click.option("--follow", is_flag=True,
+              help="Keep running (one warm process): publish whatever landed every --interval, until SIGTERM "
+                   "or Ctrl-C, which stop between batches (never within a commit) with exit 0.")
+@click.option("--interval", default=None, metavar="DURATION",
+              help="With --follow: how often to look for new records (whole seconds or more: 1s, 10s, 5m; "
+                   "default 10s).")
 @format_option
 @click.pass_context
 @handle_errors
-def run(ctx: click.Context, dataset: str, landing: Path | None, max_batch: int, fmt: str) -> None:
+def run(ctx: click.Context, dataset: str, landing: Path | None, max_batch: int, follow: bool, interval: str | None,
+        fmt: str) -> None:
     """Publish everything in the landing folder past the committed position, batch by batch, into
     DATASET and every dataset of its entity (a dataset added since is first built from history).
 
@@ -140,10 +147,20 @@ def run(ctx: click.Context, dataset: str, landing: Path | None, max_batch: int, 
     events, entities changed, duplicates, end position and seconds. --format json prints one JSON
     document at the end (per-batch records: --log-format json on stderr).
 
-    Safe to run again at any time: with nothing new it publishes nothing."""
+    Safe to run again at any time: with nothing new it publishes nothing.
+
+    With --follow it keeps publishing as the landing folder grows (a line per batch; --format json:
+    a JSON object per cycle that published, and one when it stops)."""
     import time
 
+    if interval is not None and not follow:
+        raise UserError("--interval only applies with --follow (lakepub run DATASET --follow --interval 10s)")
     ws = _ws(ctx)
+    if follow:
+        from lakepub.publish.follow_cli import run_follow
+
+        run_follow(ws, dataset, landing=landing, max_batch=max_batch, interval=interval or "10s", fmt=fmt)
+        return
     bar: Any = None
     lines = fmt != "json" and not sys.stdout.isatty()
     quiet = (ctx.obj or {}).get("quiet", False)

@@ -11,6 +11,9 @@
     commit: auto        # atomic (SQL catalogs) | ordered (any catalog); auto picks
     catalog_dir: catalog
     landing: landing
+    cache:              # local copies of the key index of an object-store warehouse (store/cache.py)
+      folder: .lakepub/cache
+      limit_mb: 4096
 
 Catalog keys are passed unchanged except that ``${VAR}`` is expanded from the environment and a
 relative SQLite path or a relative warehouse folder is resolved against the workspace folder, so a
@@ -31,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, field_validator
+from pydantic import BaseModel, Field, field_validator
 from sqlalchemy.engine import make_url
 
 from lakepub.contract.model import Contract, load_contracts
@@ -86,11 +89,18 @@ class WorkspaceConfig:
     catalog_dir: Path = Path("catalog")
     landing: Path = Path("landing")
     commit: str = "auto"
-    key_index: bool = True  # keep the ledger's key index (local warehouses): store/key_index.py
+    key_index: bool = True  # keep the ledger's key index: store/key_index.py
+    cache_folder: Path = Path(".lakepub/cache")  # local copies of an object store's index runs: store/cache.py
+    cache_limit_mb: int = 4096
     datasets: dict[str, DatasetSpec] = field(default_factory=dict)
     # Derived datasets (``projection.kind: sql``, lakepub/derive/model.py), in graph order: they
     # read published datasets, have no source, contract or entity, and are not in ``datasets``.
     derived: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cache_dir(self) -> Path:
+        """The cache folder (``cache.folder``, relative to the workspace folder)."""
+        return self.root / self.cache_folder
 
     def group(self, dataset: str) -> EntityGroup:
         """The entity ``dataset`` publishes, with every dataset of it (in name order)."""
@@ -143,6 +153,11 @@ def find_root(start: Path) -> Path:
 # --- the files' models: unknown keys and wrong types are refused --------------------------------
 
 
+class _CacheFile(_File):
+    folder: str = ".lakepub/cache"
+    limit_mb: int = Field(4096, ge=1)
+
+
 class _WorkspaceFile(_File):
     catalog: dict  # free: passed to pyiceberg's load_catalog
     namespace: str = "lakepub"
@@ -150,6 +165,7 @@ class _WorkspaceFile(_File):
     landing: str = "landing"
     commit: Literal["auto", "atomic", "ordered"] = "auto"
     key_index: bool = True
+    cache: _CacheFile | None = None
 
 
 class _DatasetFile(_File):
@@ -197,6 +213,8 @@ def load_workspace(root: Path) -> WorkspaceConfig:
         landing=Path(parsed.landing),
         commit=parsed.commit,
         key_index=parsed.key_index,
+        cache_folder=Path(parsed.cache.folder if parsed.cache else ".lakepub/cache"),
+        cache_limit_mb=parsed.cache.limit_mb if parsed.cache else 4096,
         datasets=datasets,
         derived=_graph_ordered(datasets, derived),
     )

@@ -248,7 +248,7 @@ def _deep_check(ws: Workspace, spec, con, rows: pa.Table) -> list[str]:
              for r in sorted(set(want_rows) | set(have_rows), key=repr) if want_rows.get(r, 0) != have_rows.get(r, 0)]
     if snapshot_id is None:
         return diffs
-    return diffs[:20] + _index_check(con, ledger, snapshot_id, spec.contract)
+    return diffs[:20] + _index_check(con, ledger, snapshot_id, spec.contract, ws.file_cache)
 
 
 def _multiset(table: pa.Table) -> dict[tuple, int]:
@@ -277,16 +277,23 @@ def _plain(value: object) -> object:
     return value if isinstance(value, (int, float)) or value is None else str(value)
 
 
-def _index_check(con, ledger, snapshot_id: int, contract: Contract = ORDERS_CONTRACT) -> list[str]:
+def _index_check(con, ledger, snapshot_id: int, contract: Contract = ORDERS_CONTRACT, cache=None) -> list[str]:
     """The key-index runs the ledger snapshot names hold exactly its rows (store/key_index.py),
-    compared as (k1, version, state fields, low k2, floor) multisets."""
+    compared as (k1, version, state fields, low k2, floor) multisets (on an object store: the
+    runs fetched through the disk ``cache``, store/cache.py)."""
+    from lakepub.store.cache import CachedKeyIndex, remote
+
     runs = key_index.runs_of(ledger.snapshot_by_id(snapshot_id))
     folder = key_index.folder_of(ledger.location())
-    if runs is None or folder is None:
-        return []
     schema = key_index.index_schema(contract)
-    index = KeyIndex(folder, schema)
+    index: KeyIndex | None = KeyIndex(folder, schema) if folder is not None else None
+    if folder is None and cache is not None and remote(ledger.location()):
+        index = CachedKeyIndex(cache, ledger.location(), schema).bind(ledger.io)
+    if runs is None or index is None:
+        return []
     try:
+        if isinstance(index, CachedKeyIndex):
+            index.ensure(runs)
         batches = [b for run in runs for b in index.batches(run)]
     except OSError as exc:
         return [f"ledger key index: a run is unreadable ({' '.join(str(exc).split())}); publishes scan the "

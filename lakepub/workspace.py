@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from lakepub.maintenance.janitor import JanitorReport
     from lakepub.lifecycle.retirement import RetireResult
     from lakepub.lifecycle.state import DatasetState
+    from lakepub.store.cache import FileCache
     from lakepub.reports import DatasetStatus, LogEntry, VerifyReport
     from lakepub.views import Resolution
 
@@ -126,7 +127,14 @@ class Workspace:
     @cached_property
     def catalog(self) -> Catalog:
         """The pyiceberg catalog of ``lakepub.yaml`` (opened on first use)."""
-        return open_catalog(self.config.catalog_name, self.config.catalog_properties())
+        return open_catalog(self.config.catalog_name, self.config.catalog_properties(), cache=self.file_cache)
+
+    @cached_property
+    def file_cache(self) -> "FileCache":
+        """The local cache of an object-store warehouse's key index (``cache:`` in lakepub.yaml)."""
+        from lakepub.store.cache import FileCache
+
+        return FileCache(self.config.cache_dir, self.config.cache_limit_mb << 20)
 
     def dataset(self, name: str) -> DatasetSpec:
         """The definition of dataset ``name``; UnknownDataset (exit 2) if there is none."""
@@ -138,7 +146,7 @@ class Workspace:
         if group.name not in self._publishers:
             self._publishers[group.name] = Publisher(
                 self.catalog, self.config.namespace, group, lambda: duck.connect(self.config.catalog),
-                mode=self.config.commit, key_index=self.config.key_index,
+                mode=self.config.commit, key_index=self.config.key_index, cache=self.file_cache,
             )
         return self._publishers[group.name]
 
@@ -168,10 +176,13 @@ class Workspace:
     @classified
     def run(self, dataset: str, *, landing: str | Path | None = None, max_batch: int = 100_000,
             on_batch: Callable[[PublishResult, int], None] | None = None,
-            on_start: Callable[[int], None] | None = None) -> RunResult:
+            on_start: Callable[[int], None] | None = None,
+            stop: Callable[[], bool] | None = None) -> RunResult:
         """Publish everything the landing source holds past the committed position, batch by batch.
 
-        ``on_start(pending_records)`` and ``on_batch(result, pending_after)`` report progress.
+        ``on_start(pending_records)`` and ``on_batch(result, pending_after)`` report progress;
+        ``stop()`` is asked before each batch and True ends the run there (``run --follow``
+        stops on SIGTERM this way: never within a batch's publish).
         """
         spec = self.dataset(dataset)
         retired = _retirement(self._summary_table(dataset))
@@ -198,6 +209,8 @@ class Workspace:
             publisher = self.publisher(dataset)
             publisher.catch_up()  # a dataset added to an entity with history is built first
             for batch, start, end in batches:
+                if stop is not None and stop():
+                    break
                 result = publisher.publish(batch, source=spec.source, start=start, end=end, dataset=dataset)
                 results.append(result)
                 position = end

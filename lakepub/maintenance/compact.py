@@ -45,6 +45,7 @@ from lakepub.errors import CommitContention, ConfigError, UserError
 from lakepub.identity import fingerprint
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_mode, reset_main
 from lakepub.store import key_index, layout
+from lakepub.store.cache import CachedKeyIndex, FileCache, remote
 from lakepub.store.layout import has_history, has_order_keys, ledger_arrow
 from lakepub.store.record import Counts
 from lakepub.store.write import transaction
@@ -131,7 +132,7 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
             schema = schema.append(layout.history_arrow(contract))
         compacted_sql = _compacted(scan, schema.names, history, contract)
         # first: one result at a time
-        index = _write_index(con, ledger, compacted_sql, contract) if ws.config.key_index else None
+        index = _write_index(con, ledger, compacted_sql, contract, ws.file_cache) if ws.config.key_index else None
         order = ", ".join(f"l.{duck.name(k)}" for k in contract.entity.key)
         reader = con.execute(f"{compacted_sql} ORDER BY {order}").to_arrow_reader(batch_size=1_000_000)
         props = {"lakepub.compaction": f"{rows_before}->{rows_after}"}
@@ -144,7 +145,7 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
         ledger_tx.delete(AlwaysTrue(), snapshot_properties=props)
         # Only the compacted snapshot names the index: its runs hold exactly that snapshot's rows.
         ledger_tx.append(reader.cast(schema), snapshot_properties=props if index is None else
-                         {**props, key_index.INDEX_PROPERTY: key_index.encode([index])})
+                         {**props, **key_index.properties([index])})
         compacted = ledger_tx.table_metadata.current_snapshot_id
         summaries = []
         for name, table in tables.items():  # each dataset of the entity names the compacted ledger
@@ -171,12 +172,17 @@ def compact_ledger(ws: Workspace, dataset: str, *, dry_run: bool = False, max_at
 
 
 def _write_index(con: duckdb.DuckDBPyConnection, ledger: Table, compacted_sql: str,
-                 contract: Contract = ORDERS_CONTRACT) -> key_index.Run | None:
+                 contract: Contract = ORDERS_CONTRACT, cache: FileCache | None = None) -> key_index.Run | None:
     """The key index of the compacted rows as one run (``store/key_index.py``): each kept row
     (compacted flag set) and a row per entry of its history (flag unset: a seen version, no
-    floor); None where the ledger has no entity keys or the warehouse is not local (publishes
-    then scan the ledger)."""
+    floor); None where the ledger has no entity keys, or is on an object store without a
+    ``cache`` (publishes then scan the ledger). On an object store the run is written to the
+    cache and uploaded next to the ledger (``store/cache.py``)."""
     folder = key_index.folder_of(ledger.location())
+    remote_index = None
+    if folder is None and cache is not None and remote(ledger.location()):
+        remote_index = CachedKeyIndex(cache, ledger.location(), key_index.index_schema(contract)).bind(ledger.io)
+        folder = remote_index.folder
     if folder is None or not has_order_keys(ledger):
         return None
     version, state = duck.name(contract.entity.version), [duck.name(n) for n in contract.state_names]
@@ -188,5 +194,6 @@ def _write_index(con: duckdb.DuckDBPyConnection, ledger: Table, compacted_sql: s
         FROM (SELECT k1, k2, unnest(history) AS h FROM c)
         ORDER BY k1""").to_arrow_reader(batch_size=key_index.BATCH_ROWS)
     schema = key_index.index_schema(contract)
-    return key_index.write_run(folder, (key_index.as_index_rows(pa.Table.from_batches([b]), contract) for b in rows),
-                               schema)
+    run = key_index.write_run(folder, (key_index.as_index_rows(pa.Table.from_batches([b]), contract) for b in rows),
+                              schema)
+    return remote_index.upload(run) if remote_index is not None else run

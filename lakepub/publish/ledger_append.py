@@ -28,7 +28,7 @@ def stage_ledger(ledger: Table, base: int | None, data_file: list[Future[DataFil
     reset_main(tx, base)  # drops an unpublished append left on the ledger's main
     props = {"lakepub.batch-id": batch_id}
     if runs is not None:
-        props[key_index.INDEX_PROPERTY] = key_index.encode(runs)
+        props.update(key_index.properties(runs))
     append_files(tx, [f.result() for f in data_file], props)
     return tx
 

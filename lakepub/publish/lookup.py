@@ -7,10 +7,11 @@ Two ways to find them, same answer (``tests/test_key_index.py`` and
 ``tests/test_ledger_generic.py`` check it):
 
 * the ledger snapshot names key-index runs (``store/key_index.py``): binary searches in
-  memory-mapped sorted runs, cost ~ batch x log(history);
+  memory-mapped sorted runs, cost ~ batch x log(history); for a ledger on an object store the
+  runs are mapped from a local disk cache (``store/cache.py``);
 * otherwise a DuckDB join of the batch's entity keys (k1, k2) with a scan of the ledger snapshot,
   or on the key fields themselves for a ledger created before the keys, cost ~ history (a ledger
-  created before the index or before order keys, or a remote warehouse).
+  created before the index or before order keys, or on an object store without a cache).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from lakepub.contract.orders import ORDERS_CONTRACT
 from lakepub.keys import ORDER_KEYS_VERSION, entity_keys
 from lakepub.publish.versioning import BatchSide
 from lakepub.store import key_index
+from lakepub.store.cache import CachedKeyIndex, FileCache, remote
 from lakepub.store.key_index import KeyIndex, Run
 from lakepub.store.layout import columns_at, has_history, has_order_keys, order_keys_version
 
@@ -75,12 +77,20 @@ class LedgerLookup:
     """Looks up one dataset's ledger, by its key index where the snapshot has one."""
 
     def __init__(self, con: Callable[[], duckdb.DuckDBPyConnection], ledger_location: str, *, use_index: bool = True,
-                 contract: Contract = ORDERS_CONTRACT):
+                 contract: Contract = ORDERS_CONTRACT, cache: FileCache | None = None):
+        """``cache``: where the index of a ledger on an object store is kept locally (without
+        one, such a ledger is looked up by the DuckDB join)."""
         self._con = con
         self.contract = contract
         self.index_schema = key_index.index_schema(contract)
         folder = key_index.folder_of(ledger_location) if use_index else None
-        self.index = KeyIndex(folder, self.index_schema) if folder is not None else None
+        self.index: KeyIndex | None = KeyIndex(folder, self.index_schema) if folder is not None else None
+        if use_index and folder is None and cache is not None and remote(ledger_location):
+            self.index = CachedKeyIndex(cache, ledger_location, self.index_schema)
+
+    def _bind(self, ledger: Table) -> None:
+        if isinstance(self.index, CachedKeyIndex):
+            self.index.bind(ledger.io)
 
     def runs(self, ledger: Table, snapshot_id: int | None) -> list[Run] | None:
         """The index runs holding every row of the ledger snapshot (``[]`` when there is none
@@ -101,6 +111,7 @@ class LedgerLookup:
         keys = entities.keys_for(order_keys_version(ledger))  # the function the ledger's keys were made with
         if runs is not None and self.index is not None:
             try:
+                self._bind(ledger)
                 return self.index.lookup(runs, *keys)
             except OSError as exc:  # a run deleted by hand: the ledger itself is still whole
                 _unreadable(exc, "this publish scans the ledger instead")
@@ -122,6 +133,9 @@ class LedgerLookup:
         if runs is None or self.index is None:
             return None
         try:
+            self._bind(ledger)
+            if isinstance(self.index, CachedKeyIndex):
+                self.index.ensure(runs)  # fetched (or found in the cache): a run gone is an OSError
             for run in runs:  # an index with a run gone is not carried forward
                 (self.index.folder / run.name).stat()
             return self.index.append(runs, key_index.index_rows(new_rows, self.contract))

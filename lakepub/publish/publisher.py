@@ -52,6 +52,7 @@ from lakepub.publish.datasets import DatasetWriter, Rewrite
 from lakepub.publish.guards import check_contract
 from lakepub.publish.ledger_append import ledger_rows, stage_ledger
 from lakepub.publish.lookup import LedgerLookup
+from lakepub.store.cache import FileCache
 from lakepub.publish.rebase import ledger_files_added_since, touches_entities
 from lakepub.publish.states import live_states
 from lakepub.publish.versioning import BatchSide, Change, Shape, prepare_batch, project
@@ -131,9 +132,10 @@ class Publisher:
         max_backoff_s: float = 2.0,
         mode: str = "auto",
         key_index: bool = True,
+        cache: FileCache | None = None,
     ):
-        """``key_index``: keep and use the ledger's key index (``store/key_index.py``) where the
-        warehouse allows it (a local file system); False looks the ledger up by scanning it."""
+        """``key_index``: keep and use the ledger's key index (``store/key_index.py``); on an object
+        store its runs are kept locally in ``cache`` (none: scanned); False scans the ledger."""
         self.catalog, self.namespace, self.group, self.contract = catalog, namespace, group, group.contract
         self.shape = Shape.of(group.contract)
         # DuckDB (~0.15 s of extension loading) is opened on first use: only a ledger without a
@@ -155,7 +157,8 @@ class Publisher:
         self.writers = {spec.name: DatasetWriter(spec) for spec in group.datasets}
         for spec in group.datasets:  # created if new; a definition that changed under it is refused
             self.writers[spec.name].check_definition(ensure_published(catalog, namespace, spec), ledger)
-        self._lookup = LedgerLookup(lambda: self.con, ledger.location(), use_index=key_index, contract=group.contract)
+        self._lookup = LedgerLookup(lambda: self.con, ledger.location(), use_index=key_index, contract=group.contract,
+                                    cache=cache)
         self.gate_partitions = gating.partition_columns(group)  # publish gates: publish/gating.py
         gating.ensure_tables(catalog, namespace, group)
 

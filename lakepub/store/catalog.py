@@ -13,7 +13,7 @@ else created it": open or load it again, a bounded number of times.
 from __future__ import annotations
 
 import time
-from typing import Callable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Callable, Mapping, TypeVar
 
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
@@ -22,20 +22,26 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from lakepub.errors import ConfigError
 from lakepub.failures import classify
+from lakepub.store import s3
+
+if TYPE_CHECKING:
+    from lakepub.store.cache import FileCache
 
 ATTEMPTS = 5
 T = TypeVar("T")
 
 
-def open_catalog(name: str, properties: Mapping[str, str], *, attempts: int = ATTEMPTS) -> Catalog:
+def open_catalog(name: str, properties: Mapping[str, str], *, attempts: int = ATTEMPTS,
+                 cache: "FileCache | None" = None) -> Catalog:
     """``load_catalog``, retried while a concurrent writer is creating the catalog's own tables.
+    An S3 warehouse gets lakepub's FileIO (``store/s3.py``), reading Parquet through ``cache``.
 
     A locked SQLite catalog (after its busy timeout) is a ``CatalogBusy`` (retryable); any other
     failure is a configuration error naming the catalog.
     """
     for attempt in range(1, attempts + 1):
         try:
-            return load_catalog(name, **properties)
+            return load_catalog(name, **s3.configure(properties, cache))
         except Exception as exc:  # pyiceberg raises many types for a bad catalog configuration
             if attempt < attempts and created_concurrently(exc):
                 time.sleep(0.02 * attempt)

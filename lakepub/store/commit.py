@@ -24,6 +24,7 @@ This uses non-public pyiceberg methods, hence the exact pin in pyproject.toml; t
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from pyiceberg.catalog import Catalog
@@ -50,6 +51,10 @@ from lakepub.failures import is_disk_full
 from lakepub.faults import fault_point
 from lakepub.store.version_hint import write_version_hint
 from lakepub.store.write import staged_metadata
+
+# The tables' metadata files, and after the swap the hints and manifest clean-up, are written side
+# by side: on S3 each is a round trip of 20-50 ms (scripts/bench/object_store.py).
+_PARALLEL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="lakepub-commit")
 
 
 class CommitConflict(Exception):
@@ -159,6 +164,7 @@ def commit_atomically(catalog: Catalog, changes: list[TableChange]) -> dict[str,
     require_atomic_commit(catalog)
     staged: list[tuple[tuple[str, ...], str, str]] = []
     hints = []  # (io, table location, new metadata location), written once the swap is confirmed
+    writes = []  # the tables' new metadata files, written side by side (one round trip on S3)
     for change in changes:
         # Staged on the table as loaded when the transaction began: if another writer moved it
         # since, the compare-and-set of its metadata location below fails (CommitConflict).
@@ -170,19 +176,21 @@ def commit_atomically(catalog: Catalog, changes: list[TableChange]) -> dict[str,
         except CommitFailedException as exc:
             raise CommitConflict(str(exc)) from exc
         if updates:
-            catalog._write_metadata(  # noqa: SLF001
-                metadata=new.metadata, io=new.io, metadata_path=new.metadata_location
-            )
+            writes.append(_PARALLEL.submit(catalog._write_metadata,  # noqa: SLF001
+                                           metadata=new.metadata, io=new.io, metadata_path=new.metadata_location))
             staged.append((ident, current.metadata_location, new.metadata_location))
             hints.append((change.table.io, new.metadata.location, new.metadata_location))
         else:
             staged.append((ident, current.metadata_location, current.metadata_location))
+    for write in writes:
+        write.result()
     fault_point("before-pointer-swap")
     _swap_pointers(catalog, staged)
-    for change in changes:
-        delete_merged_away_manifests(change)
-    for io, table_location, metadata_location in hints:
-        write_version_hint(io, table_location, metadata_location)
+    # After the swap, side by side (on S3 each is a request or three): nothing here can fail the commit.
+    done = [_PARALLEL.submit(delete_merged_away_manifests, change) for change in changes]
+    done += [_PARALLEL.submit(write_version_hint, *hint) for hint in hints]
+    for future in done:
+        future.result()
     return {".".join(ident): new for ident, _, new in staged}
 
 

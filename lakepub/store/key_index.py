@@ -16,16 +16,16 @@ reads every row's keys and payload: ~20 ns per row, so the lookup grew with hist
   base-``FANOUT`` counter: O(log(N/b)) runs, each row rewritten ~log_FANOUT(N/b) times (at most
   log_1.75(N/b) for any sizes; ``tests/test_key_index.py`` checks the bounds);
 * the invariant the projection relies on: if a snapshot names runs, they hold all of its rows.
-  A snapshot without the property (a ledger from before the index, one written to a remote
-  warehouse, or an index switched off) is looked up by the DuckDB join; a publish on top of it
+  A snapshot without the property (a ledger from before the index, or an index switched off) is looked up by the DuckDB join; a publish on top of it
   writes no index (it would be partial). Ledger compaction writes a complete one.
 
 Runs are immutable and named by a UUID under ``<ledger location>/index/``; files a snapshot
 names are referenced for the janitor (``maintenance/reachability.py``), those no retained
 snapshot names (merged away, expired, or written by a publish that lost its commit) are orphans.
 
-The index is local-warehouse only: memory-mapping needs a file system. On S3 every snapshot is
-looked up by the DuckDB join, as before the index (cost grows with history). A run that cannot
+Memory-mapping needs a file system: on an object store the runs are uploaded next to the ledger
+and mapped from local copies in a disk cache (``store/cache.py``; the snapshot then also records
+their sizes in bytes, ``lakepub.key-index-bytes``: ``[bytes, ...]`` in run order). A run that cannot
 be read (deleted by hand) makes ``publish/lookup.py`` fall back to the join and stop indexing
 until ``lakepub compact`` writes a complete index again.
 
@@ -55,6 +55,7 @@ from lakepub.contract.model import Contract
 from lakepub.contract.orders import ORDERS_CONTRACT
 
 INDEX_PROPERTY = "lakepub.key-index"
+SIZES_PROPERTY = "lakepub.key-index-bytes"  # [bytes of each run, in run order]: runs on an object store
 INDEX_FOLDER = "index"
 _OWN = ("k1", "k2", "version", "compacted", "floor")  # the index's own columns
 
@@ -104,6 +105,7 @@ BATCH_ROWS = 1 << 17  # rows per record batch of merged and compacted runs (~6 M
 class Run:
     name: str  # file name under <ledger location>/index/
     rows: int
+    size: int | None = None  # bytes, recorded for runs on an object store (store/cache.py checks copies)
 
 
 def runs_of(snapshot: Snapshot | None) -> list[Run] | None:
@@ -114,11 +116,26 @@ def runs_of(snapshot: Snapshot | None) -> list[Run] | None:
     raw = (snapshot.summary.additional_properties if snapshot.summary else {}).get(INDEX_PROPERTY)
     if raw is None:
         return None
-    return [Run(str(name), int(rows)) for name, rows in json.loads(raw)]
+    entries = json.loads(raw)
+    sizes = json.loads((snapshot.summary.additional_properties if snapshot.summary else {}).get(SIZES_PROPERTY)
+                       or "null")
+    if not isinstance(sizes, list) or len(sizes) != len(entries):
+        sizes = [None] * len(entries)
+    return [Run(str(name), int(rows), int(size) if size is not None else None)
+            for (name, rows), size in zip(entries, sizes)]
 
 
 def encode(runs: Sequence[Run]) -> str:
     return json.dumps([[r.name, r.rows] for r in runs], separators=(",", ":"))
+
+
+def properties(runs: Sequence[Run]) -> dict[str, str]:
+    """The snapshot summary properties naming ``runs``: the run list, and their sizes in bytes
+    when known (runs on an object store: ``store/cache.py`` checks local copies against them)."""
+    out = {INDEX_PROPERTY: encode(runs)}
+    if any(r.size is not None for r in runs):
+        out[SIZES_PROPERTY] = json.dumps([r.size for r in runs], separators=(",", ":"))
+    return out
 
 
 def folder_of(table_location: str) -> Path | None:

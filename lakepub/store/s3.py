@@ -1,0 +1,342 @@
+"""Writing to S3 in as few round trips as the files allow.
+
+pyiceberg's ``PyArrowFileIO`` opens an ``S3FileSystem`` with pyarrow's defaults, under which
+every file, however small, is a multipart upload (CreateMultipartUpload, UploadPart,
+CompleteMultipartUpload: three requests one after another), and ``create(overwrite=False)``
+first asks whether the file exists (a HEAD) and pyarrow whether its path is a directory (a
+LIST). At 20-50 ms per request that was ~70 requests in sequence per publish (measured with
+``scripts/bench/object_store.py``).
+
+``LakepubFileIO`` is that FileIO with two changes, for S3 locations only:
+
+* the file system is opened with ``allow_delayed_open=True``: pyarrow then starts no upload at
+  open, and a file that fits in one part (below pyarrow's 5 MiB part size: every metadata file,
+  manifest and small partition file) goes up in ONE PutObject at close; larger files are still
+  multipart uploads;
+* ``create(overwrite=False)`` skips the existence check. Every file pyiceberg and lakepub create
+  without overwriting has a fresh UUID in its name (data files, manifests, manifest lists,
+  ``<n>-<uuid>.metadata.json``), so the check can only answer "no"; and S3 has no atomic
+  create-if-absent through it anyway (the check was a race by its own docstring).
+
+* immutable metadata files (``*.metadata.json``, manifest lists and manifests: ``*.avro``) that
+  this process wrote or read are kept in memory (``_Remembered``, LRU, 64 MiB) and served from
+  there: a publish does not read back the manifest it just wrote to learn its length, the
+  manifest list it just committed, or on its next publish the metadata file it committed last.
+  Their names are unique (a UUID), so a remembered file can never be stale; a file is
+  remembered only once its upload has completed.
+
+* a manifest list read from the store has its manifests fetched side by side into memory
+  (pyiceberg reads them one after another: a round trip each);
+* with a disk cache (``store/cache.py``, the workspace's ``cache:``), the immutable metadata
+  files above are also kept on disk (framed with a CRC-32: a damaged copy is dropped and fetched
+  again), and Parquet files are written to it as they are uploaded and read from it (fetched on a miss, atomically; checked by the
+  Parquet magic at both ends): a new process rewriting the published partitions reads them from
+  disk. Data files are immutable (UUID names), so a copy is never stale.
+
+Measured (``scripts/bench/object_store.py --quick``, +30 ms per request): a warm publish
+rewriting 36 partitions went from 70 requests in sequence (160 in all) to 10-13 (46); a new
+process's publish from 58 (174) to ~28 (66) with the cache warm.
+
+Correctness does not depend on any of these: the catalog's compare-and-set decides which metadata is
+current. The workspace uses it when the warehouse is on S3 and ``py-io-impl`` is not set
+(``configure``); an explicit ``py-io-impl`` in lakepub.yaml wins.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import uuid
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Mapping
+
+import pyarrow as pa
+from pyiceberg.io import PY_IO_IMPL
+from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
+from pyiceberg.typedef import EMPTY_DICT
+
+from lakepub.store.cache import CACHE_FOLDER, CACHE_LIMIT_MB, DEFAULT_LIMIT_MB, PART_PREFIX, FileCache, parquet_file
+
+IO_IMPL = "lakepub.store.s3.LakepubFileIO"
+
+
+def configure(properties: Mapping[str, str], cache: FileCache | None = None) -> dict[str, str]:
+    """Catalog properties with lakepub's FileIO for an S3 warehouse (unless one is configured),
+    reading Parquet files through the disk ``cache`` if one is given."""
+    out = dict(properties)
+    if str(out.get("warehouse", "")).startswith(("s3://", "s3a://")):
+        out.setdefault(PY_IO_IMPL, IO_IMPL)
+        if cache is not None:
+            out.setdefault(CACHE_FOLDER, str(cache.folder))
+            out.setdefault(CACHE_LIMIT_MB, str(max(1, cache.limit >> 20)))
+    return out
+
+
+def immutable(location: str) -> bool:
+    """Whether a location is one of Iceberg's write-once metadata files (named with a UUID)."""
+    return location.endswith((".metadata.json", ".avro"))
+
+
+class _Remembered:
+    """Bytes of immutable files by location, least recently used dropped beyond ``limit`` bytes."""
+
+    def __init__(self, limit: int = 64 << 20):
+        self.limit, self.size = limit, 0
+        self._files: OrderedDict[str, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, location: str) -> bytes | None:
+        with self._lock:
+            data = self._files.get(location)
+            if data is not None:
+                self._files.move_to_end(location)
+            return data
+
+    def put(self, location: str, data: bytes) -> None:
+        if len(data) > self.limit // 4:
+            return
+        with self._lock:
+            old = self._files.pop(location, None)
+            self.size += len(data) - (len(old) if old is not None else 0)
+            self._files[location] = data
+            while self.size > self.limit:
+                _, dropped = self._files.popitem(last=False)
+                self.size -= len(dropped)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._files.clear()
+            self.size = 0
+
+
+REMEMBERED = _Remembered()
+
+
+class _Tee:
+    """An output stream that keeps a copy of what it wrote, remembered once closed without error."""
+
+    def __init__(self, stream: Any, location: str, disk: FileCache | None = None):
+        self._stream, self._location, self._parts = stream, location, []  # type: ignore[var-annotated]
+        self._small_disk = disk
+
+    def write(self, data: Any) -> int:
+        self._parts.append(bytes(data))
+        return self._stream.write(data)
+
+    def tell(self) -> int:
+        return self._stream.tell()
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    @property
+    def closed(self) -> bool:
+        return self._stream.closed
+
+    def close(self) -> None:
+        self._stream.close()  # uploads (raises if the upload failed: nothing is remembered)
+        data = b"".join(self._parts)
+        REMEMBERED.put(self._location, data)
+        if self._small_disk is not None:
+            self._small_disk.store(self._location, data)
+
+    def __enter__(self) -> "_Tee":
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._stream.close()
+
+
+class _DiskTee(_Tee):
+    """An output stream that also writes a local copy into the disk cache, moved under its final
+    name only once the upload has completed (the next process then reads it from disk)."""
+
+    def __init__(self, stream: Any, location: str, disk: FileCache):
+        super().__init__(stream, location)
+        self._disk, self._final = disk, disk.path(location)
+        self._final.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = self._final.with_name(f"{PART_PREFIX}{uuid.uuid4().hex}-{self._final.name}")
+        self._copy = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()/__exit__
+
+    def write(self, data: Any) -> int:
+        self._copy.write(data)
+        return self._stream.write(data)
+
+    def close(self) -> None:
+        try:
+            self._stream.close()
+            self._copy.close()
+            os.replace(self._tmp, self._final)
+        finally:
+            self._copy.close()
+            self._tmp.unlink(missing_ok=True)
+        self._disk.added(self._final.stat().st_size, keep={self._final})
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._stream.close()
+            self._copy.close()
+            self._tmp.unlink(missing_ok=True)
+
+
+class _S3File(PyArrowFile):
+    """A ``PyArrowFile`` on S3: ``create`` never HEADs the location first, immutable metadata
+    files are remembered when written or read, and Parquet files are read through the disk
+    cache when one is configured (see the module docstring)."""
+
+    disk: FileCache | None = None
+
+    def create(self, overwrite: bool = False) -> Any:  # noqa: ARG002 - names are unique; see above
+        stream = super().create(overwrite=True)
+        if self.disk is not None and self.location.endswith(".parquet"):
+            try:
+                return _DiskTee(stream, self.location, self.disk)
+            except OSError:  # a cache folder that cannot be written: upload only
+                return stream
+        return _Tee(stream, self.location, self.disk) if immutable(self.location) else stream
+
+    def open(self, seekable: bool = True) -> Any:
+        if self.disk is not None and self.location.endswith(".parquet"):
+            try:
+                path = self.disk.fetch(None, self.location, None, parquet_file,
+                                       open_remote=lambda: PyArrowFile.open(self, seekable=False))
+                return pa.memory_map(str(path))
+            except FileNotFoundError:
+                raise
+            except OSError:  # e.g. a cache folder that cannot be written: read from the store
+                return super().open(seekable)
+        if not immutable(self.location):
+            return super().open(seekable)
+        data = REMEMBERED.get(self.location) or _fetch_once(self)
+        return pa.BufferReader(data)
+
+    def _download(self) -> bytes:
+        data = self.disk.read(self.location) if self.disk is not None else None
+        if data is not None:  # kept on disk by this machine: no request
+            REMEMBERED.put(self.location, data)
+            return data
+        with PyArrowFile.open(self, seekable=False) as stream:
+            data = stream.read()
+        REMEMBERED.put(self.location, data)
+        if self.disk is not None:
+            self.disk.store(self.location, data)
+        if _MANIFEST_LIST.search(self.location):
+            _prefetch_manifests(self, data)
+        return data
+
+    def __len__(self) -> int:
+        data = REMEMBERED.get(self.location) if immutable(self.location) else None
+        return len(data) if data is not None else super().__len__()
+
+    def exists(self) -> bool:
+        return (immutable(self.location) and REMEMBERED.get(self.location) is not None) or super().exists()
+
+
+# Downloads of remembered files under way, so that a prefetch and a reader never fetch one twice.
+_INFLIGHT: dict[str, Future] = {}
+_INFLIGHT_LOCK = threading.Lock()
+_PREFETCH = ThreadPoolExecutor(max_workers=16, thread_name_prefix="lakepub-prefetch")
+_MANIFEST_LIST = re.compile(r"/snap-[^/]*\.avro$")
+_PREFETCH_MAX = 64  # manifests fetched ahead per manifest list (more are read on demand)
+
+
+def _fetch_once(file: _S3File) -> bytes:
+    with _INFLIGHT_LOCK:
+        future = _INFLIGHT.get(file.location)
+        mine = future is None
+        if mine:
+            future = _INFLIGHT[file.location] = Future()
+    if not mine:
+        return future.result()
+    try:
+        data = file._download()
+        future.set_result(data)
+        return data
+    except BaseException as exc:
+        future.set_exception(exc)
+        raise
+    finally:
+        with _INFLIGHT_LOCK:
+            _INFLIGHT.pop(file.location, None)
+
+
+def _prefetch_manifests(manifest_list: _S3File, data: bytes) -> None:
+    """Fetch the manifests a manifest list names side by side, into memory: pyiceberg reads them
+    one after another (a round trip each), e.g. every manifest of the ledger when appending."""
+    from pyiceberg.manifest import read_manifest_list
+
+    class _Bytes:
+        location = manifest_list.location
+
+        def open(self, seekable: bool = True) -> Any:  # noqa: ARG002
+            return pa.BufferReader(data)
+
+        def __len__(self) -> int:
+            return len(data)
+
+    try:
+        paths = [m.manifest_path for m in read_manifest_list(_Bytes())]  # type: ignore[arg-type]
+    except Exception:  # not ours to judge: the reader will report it
+        return
+    for path in paths[:_PREFETCH_MAX]:
+        if REMEMBERED.get(path) is None and path.startswith(("s3://", "s3a://")):
+            target = _S3File(location=path, path=_path_of(path), fs=manifest_list._filesystem,
+                             buffer_size=manifest_list._buffer_size)
+            target.disk = manifest_list.disk
+            _PREFETCH.submit(_quietly, target)
+
+
+def _path_of(location: str) -> str:
+    return location.split("://", 1)[1]
+
+
+def _quietly(file: _S3File) -> None:
+    try:
+        _fetch_once(file)
+    except Exception:  # a prefetch that fails is retried (and reported) by the reader
+        pass
+
+
+class LakepubFileIO(PyArrowFileIO):
+    """``PyArrowFileIO`` writing small S3 files in one request (see the module docstring)."""
+
+    def __init__(self, properties: Any = EMPTY_DICT):
+        super().__init__(properties)
+        folder = self.properties.get(CACHE_FOLDER)
+        self.disk = FileCache(Path(folder), int(self.properties.get(CACHE_LIMIT_MB, DEFAULT_LIMIT_MB)) << 20) \
+            if folder else None
+
+    def _initialize_s3_fs(self, netloc: str | None) -> Any:
+        fs = super()._initialize_s3_fs(netloc)
+        # pyarrow's S3FileSystem cannot be changed once made: rebuild it from its own arguments
+        # (its pickled form; a retry strategy is not part of it, so a configured one keeps the
+        # file system as pyiceberg made it).
+        if self.properties.get("s3.retry-strategy-impl"):
+            return fs
+        rebuild, args = fs.__reduce__()
+        if not (args and isinstance(args[0], dict) and "allow_delayed_open" in args[0]):  # pragma: no cover
+            return fs
+        return rebuild({**args[0], "allow_delayed_open": True})
+
+    def new_output(self, location: str) -> PyArrowFile:
+        return _on_s3(super().new_output(location), self.disk)
+
+    def new_input(self, location: str) -> PyArrowFile:
+        return _on_s3(super().new_input(location), self.disk)
+
+
+def _on_s3(file: PyArrowFile, disk: FileCache | None) -> PyArrowFile:
+    if not file.location.startswith(("s3://", "s3a://")):
+        return file
+    out = _S3File.__new__(_S3File)
+    out.__dict__.update(file.__dict__)
+    out.disk = disk
+    return out
