@@ -1,0 +1,53 @@
+"""Adversarial review of the lifecycle commands (state, wait, retire/restore, hard delete):
+each test pins a defect found in review, through the CLI on real Iceberg tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import write_jsonl
+
+CUST = """
+name: cust
+version: "1.0"
+entity:
+  key: [customer_id]
+  version: version
+  deleted: deleted
+fields:
+  customer_id: string
+  version: long
+  signup: {type: date, nullable: true}
+  deleted: boolean
+"""
+CUST_CURRENT = """
+name: cust_current
+source: cust
+contract: contracts/cust@v1.0
+entity: cust
+projection: {kind: current}
+partition: month(signup)
+"""
+
+
+def _cust(ws_path: Path, cli) -> None:
+    (ws_path / "catalog" / "contracts" / "cust@v1.0.yaml").write_text(CUST)
+    (ws_path / "catalog" / "datasets" / "cust_current.yaml").write_text(CUST_CURRENT)
+    folder = ws_path / "landing" / "cust" / "p0"
+    folder.mkdir(parents=True)
+    write_jsonl(folder / "0.jsonl", [{"customer_id": "A", "version": 1, "signup": None, "deleted": False},
+                                     {"customer_id": "B", "version": 1, "signup": "2025-10-01", "deleted": False}])
+    r = cli("run", "cust_current")
+    assert r.code == 0, r.err
+
+
+def test_wait_accepts_the_null_partition_that_state_lists(ws_path: Path, cli):
+    """A row whose partition source is null lives in partition "null" (``state`` lists it); waiting
+    for it was refused as a label the dataset cannot have (exit 2)."""
+    _cust(ws_path, cli)
+    labels = [p["partition"] for p in cli("state", "cust_current", "--format", "json").json()["partitions"]]
+    assert labels == ["2025-10", "null"]
+    r = cli("wait", "cust_current", "--partition", "null", "--timeout", "1s", "--format", "json")
+    assert r.code == 0, r.err
+    assert r.json()["waited_for"]["partition"] == "null"
+    assert cli("wait", "cust_current", "--partition", "2025-1", "--timeout", "1s").code == 2  # still refused
