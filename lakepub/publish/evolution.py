@@ -14,7 +14,8 @@ by itself. The first publish under it compares the contract with what the tables
   any change of the entity's roles) or a structural/policy error is refused with
   ``IncompatibleContract`` (exit 3: the contract file is valid, the published tables cannot take
   it; publish it as a new major version into a new dataset built beside the old one). Without the
-  old file, only added nullable-or-defaulted fields and Iceberg promotions pass;
+  old file, only added nullable-or-defaulted fields and Iceberg promotions pass (with it too, whatever
+  the compat_mode: the old rows stay and are read with the new schema, the backward direction);
 * **each table** (``plan``): the columns lakepub would write for the new contract (``expected``)
   against the table's current schema. A column the table never had (in *any* of its schemas:
   Iceberg never reuses a name's id, so a column dropped by another tool is told apart from a new
@@ -121,12 +122,14 @@ def check_contract(contract: Contract, recorded: dict[str, Any], current: dict[s
         if new_fields[name] != type_name and not promotes(_iceberg(type_name), _iceberg(new_fields[name])):
             raise _refuse(contract, where, published, f"fields.{name}.type",
                           f"'{name}' changes from {type_name} to {new_fields[name]}, not an Iceberg promotion")
-    if old is None:
-        for name in new_fields:
-            f = contract.field(name)
-            if name not in old_fields and not f.nullable and f.default is None:
-                raise _refuse(contract, where, published, f"fields.{name}",
-                              f"'{name}' is added as required without a default: rows written before cannot have it")
+    # Whatever direction compat_mode checks (``forward`` only asks old readers to read new data),
+    # the published tables keep the old rows and are read with the new schema: a field they lack
+    # must read as null or its default, so a required one without a default is refused here too.
+    for name in new_fields:
+        f = contract.field(name)
+        if name not in old_fields and not f.nullable and f.default is None:
+            raise _refuse(contract, where, published, f"fields.{name}",
+                          f"'{name}' is added as required without a default: rows written before cannot have it")
     return True
 
 

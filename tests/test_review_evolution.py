@@ -1,0 +1,30 @@
+"""Adversarial review of evolution applied with the data (issue 13): each test pins a defect
+found in review, through the CLI on real Iceberg tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import published_pointers
+from tests.test_evolution import CONTRACT, DATASETS, _event, _land, _published, _state, _to_v1_1
+
+
+def test_a_required_field_without_default_is_refused_whatever_the_compat_mode(ws_path: Path, cli, ws):
+    """The published tables keep the rows written before the new version and are read with its
+    schema (the backward direction), whatever direction the contract's compat_mode checks. A
+    forward-only contract adding a required field without a default (with a policy letting it
+    through) evolved the tables with exit 0, publishing nulls in a column it declares required."""
+    _published(ws_path, cli)
+    text = (CONTRACT.replace('version: "1.0"', 'version: "1.1"') + "  referrer: string\n"
+            + "compat_mode: forward\nevolution_policy: {add_field: feature-flag}\n")
+    _to_v1_1(ws_path, text)
+    before = {d: published_pointers(ws, d) for d in DATASETS}
+    schemas = _state(ws_path)
+    _land(ws_path / "landing" / "customers" / "p0", "0002.jsonl", [_event("c9", 1, "FR", "pro", 5, referrer="x")])
+    r = cli("run", "customers_mrr", "--format", "json")
+    assert r.code == 3, (r.out, r.err)
+    err = json.loads(r.out)
+    assert err["key"] == "fields.referrer" and "customers@v1.1.yaml" in err["file"]
+    assert "required without a default" in err["message"]
+    assert {d: published_pointers(ws, d) for d in DATASETS} == before and _state(ws_path) == schemas
