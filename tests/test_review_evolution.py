@@ -28,3 +28,29 @@ def test_a_required_field_without_default_is_refused_whatever_the_compat_mode(ws
     assert err["key"] == "fields.referrer" and "customers@v1.1.yaml" in err["file"]
     assert "required without a default" in err["message"]
     assert {d: published_pointers(ws, d) for d in DATASETS} == before and _state(ws_path) == schemas
+
+
+def test_a_breaking_version_with_the_same_field_types_is_refused(ws_path: Path, cli, ws):
+    """v1.1 makes a nullable field required: the field types (the ledger's recorded shape) stay,
+    but ``contract check`` finds it breaking (new readers cannot read the old rows, which may hold
+    nulls). It was published in place with exit 0, the tables claiming v1.1; a version whose shape
+    is unchanged must still be a compatible evolution of the one the tables were written for."""
+    _published(ws_path, cli)
+    text = (CONTRACT.replace('version: "1.0"', 'version: "1.1"')
+            .replace("country: {type: string, nullable: true}", "country: string"))
+    _to_v1_1(ws_path, text)
+    check = cli("contract", "check", str(ws_path / "catalog/contracts/customers@v1.0.yaml"),
+                str(ws_path / "catalog/contracts/customers@v1.1.yaml"))
+    assert check.code != 0 and "COMPAT.NOW_REQUIRED" in check.out  # the oracle: it is breaking
+    before = {d: published_pointers(ws, d) for d in DATASETS}
+    _land(ws_path / "landing" / "customers" / "p0", "0002.jsonl", [_event("c9", 1, "FR", "pro", 5)])
+    r = cli("run", "customers_mrr", "--format", "json")
+    assert r.code == 3, (r.out, r.err)
+    err = json.loads(r.out)
+    assert err["key"] == "fields.country" and "COMPAT.NOW_REQUIRED" in err["message"]
+    assert "not a compatible evolution of contracts/customers@v1.0" in err["message"]
+    assert {d: published_pointers(ws, d) for d in DATASETS} == before
+    # A compatible version with the same shape (a description added) still publishes.
+    _to_v1_1(ws_path, CONTRACT.replace('version: "1.0"', 'version: "1.1"').replace(
+        "plan: string", "plan: {type: string, description: the plan}"))
+    assert cli("run", "customers_mrr").code == 0

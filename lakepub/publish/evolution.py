@@ -38,7 +38,9 @@ Measured (``scripts/bench/evolution.py``, 100k live customers, loaded 2-core mac
 a 20-event batch touching ~17 of 64 buckets publishes in 0.31 s, the evolving one (64 rewritten)
 in 0.47 s; a batch touching every partition anyway costs the same evolving or not (0.44/0.48 s).
 Without a pending evolution a publish pays one JSON comparison of the contract's shape per
-publisher, and ``plans`` (~0.9-1.3 ms for orders_daily) once per contract and schema of the
+publisher, and (a contract other than the built-in orders one, on a ledger never evolved) one
+look-up of the published version (``recorded_ref``: ~2-3 ms, a catalog load, once per publisher:
+an unchanged shape under a new version is still judged by ``compat``), and ``plans`` (~0.9-1.3 ms for orders_daily) once per contract and schema of the
 tables (``begin`` remembers those that need nothing: ~5-20 us after; the guards' ``plan`` runs
 once per metadata version, like their other schema checks).
 """
@@ -93,11 +95,18 @@ def check_contract(contract: Contract, recorded: dict[str, Any], current: dict[s
                    ref: str | Callable[[], str | None] | None) -> bool:
     """Refuse (``IncompatibleContract``) unless ``contract`` (shape ``current``) is a compatible
     evolution of the contract the ledger was written for (shape ``recorded``, version ``ref``);
-    True when the schemas have to evolve (the shapes differ)."""
-    if recorded == current:
-        return False
+    True when the schemas have to evolve (the shapes differ).
+
+    Equal shapes (field types and roles) need no schema change, but a new version with them can
+    still be breaking (a nullable field made required, an enum narrowed): it is judged like any
+    other version, so ``ref`` is looked up whenever the version may differ."""
     where = str(contract.path or contract.schema_ref)
-    ref = ref() if callable(ref) else ref  # looked up only when the shapes differ
+    if recorded == current:
+        ref = ref() if callable(ref) else ref
+        if ref and ref != contract.schema_ref:
+            _check_compat(contract, where, ref, _load_old(contract, ref))
+        return False
+    ref = ref() if callable(ref) else ref
     if ref == contract.schema_ref:
         _edited_in_place(contract, where, recorded, current)
     published = ref or "the published contract"
@@ -106,15 +115,7 @@ def check_contract(contract: Contract, recorded: dict[str, Any], current: dict[s
             raise _refuse(contract, where, published, f"entity.{role}",
                           f"the entity's {role} changes from {recorded.get(role)} to {current.get(role)}")
     old = _load_old(contract, ref)
-    if old is not None:
-        from lakepub.contract import compat
-
-        result = compat.check([old], contract)
-        bad = [f for f in result.findings if f.breaking or (f.level == "error" and f.kind in ("structural", "policy"))]
-        if bad:
-            f = bad[0]
-            raise _refuse(contract, where, published, f"fields.{f.field}" if f.field else "entity",
-                          f"{f.rule}: {f.message}" + (f" ({f.failure_mode})" if f.failure_mode else ""))
+    _check_compat(contract, where, published, old)
     old_fields, new_fields = recorded.get("fields", {}), current.get("fields", {})
     for name, type_name in old_fields.items():  # the structural floor, with or without the old file
         if name not in new_fields:
@@ -131,6 +132,21 @@ def check_contract(contract: Contract, recorded: dict[str, Any], current: dict[s
             raise _refuse(contract, where, published, f"fields.{name}",
                           f"'{name}' is added as required without a default: rows written before cannot have it")
     return True
+
+
+def _check_compat(contract: Contract, where: str, published: str, old: Contract | None) -> None:
+    """Refuse ``contract`` if ``contract/compat.py`` finds it breaking (or a structural or policy
+    error) against ``old``, the published version's file (nothing to judge without it)."""
+    if old is None:
+        return
+    from lakepub.contract import compat
+
+    result = compat.check([old], contract)
+    bad = [f for f in result.findings if f.breaking or (f.level == "error" and f.kind in ("structural", "policy"))]
+    if bad:
+        f = bad[0]
+        raise _refuse(contract, where, published, f"fields.{f.field}" if f.field else "entity",
+                      f"{f.rule}: {f.message}" + (f" ({f.failure_mode})" if f.failure_mode else ""))
 
 
 def _edited_in_place(contract: Contract, where: str, recorded: dict[str, Any], current: dict[str, Any]) -> None:
