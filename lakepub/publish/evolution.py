@@ -136,13 +136,15 @@ def check_contract(contract: Contract, recorded: dict[str, Any], current: dict[s
 
 def _check_compat(contract: Contract, where: str, published: str, old: Contract | None) -> None:
     """Refuse ``contract`` if ``contract/compat.py`` finds it breaking (or a structural or policy
-    error) against ``old``, the published version's file (nothing to judge without it)."""
+    error) against ``old``, the published version's file (nothing to judge without it), in its
+    ``compat_mode`` and in the backward direction in any mode: the tables keep the old rows."""
     if old is None:
         return
     from lakepub.contract import compat
 
     result = compat.check([old], contract)
-    bad = [f for f in result.findings if f.breaking or (f.level == "error" and f.kind in ("structural", "policy"))]
+    findings = result.findings + compat.reads_old_data(old, contract)  # backward, whatever compat_mode
+    bad = [f for f in findings if f.breaking or (f.level == "error" and f.kind in ("structural", "policy"))]
     if bad:
         f = bad[0]
         raise _refuse(contract, where, published, f"fields.{f.field}" if f.field else "entity",
