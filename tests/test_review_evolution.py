@@ -59,3 +59,48 @@ def test_a_breaking_version_with_the_same_field_types_is_refused(ws_path: Path, 
     _to_v1_1(ws_path, CONTRACT.replace('version: "1.0"', 'version: "1.1"').replace(
         "plan: string", "plan: {type: string, description: the plan}"))
     assert cli("run", "customers_mrr").code == 0
+
+
+@pytest.mark.parametrize("key_index", [True, False])
+def test_a_resent_event_is_still_a_duplicate_after_float_becomes_double(ws_path: Path, cli, key_index):
+    """The ledger keeps 0.1 as the float 0.1f, read back after the promotion as the double
+    0.10000000149011612; the same event resent (at-least-once delivery) parses to the double 0.1.
+    It was refused as a payload conflict (exit 3), blocking the source; it is a duplicate. A
+    really different payload is still a conflict, before and after the first v1.1 publish."""
+    from tests.test_evolution import NUMBERS, _dataset, _query
+
+    if not key_index:
+        config = ws_path / "lakepub.yaml"
+        config.write_text(config.read_text().replace("key_index: true", "key_index: false"))
+    (ws_path / "catalog" / "contracts" / "meters@v1.0.yaml").write_text(NUMBERS)
+    table = {"name": "meters_now", "source": "meters", "entity": "meters", "projection": {"kind": "current"},
+             "partition": "identity(site)"}
+    _dataset(ws_path, table, "contracts/meters@v1.0")
+    landing = ws_path / "landing" / "meters" / "p0"
+    landing.mkdir(parents=True)
+    first = [{"meter_id": "m1", "version": 1, "site": "a", "reading": 0.1, "price": "12.30"},
+             {"meter_id": "m2", "version": 1, "site": "b", "reading": 2.5, "price": "1.05"}]
+    _land(landing, "0001.jsonl", first)
+    assert cli("run", "meters_now").code == 0
+    (ws_path / "catalog" / "contracts" / "meters@v1.1.yaml").write_text(
+        NUMBERS.replace('version: "1.0"', 'version: "1.1"').replace("type: float", "type: double"))
+    _dataset(ws_path, table, "contracts/meters@v1.1")
+    # In the evolving batch itself (the ledger still holds floats), then after it.
+    _land(landing, "0002.jsonl", first[:1] + [{"meter_id": "m3", "version": 1, "site": "b", "reading": 0.3,
+                                               "price": "1.00"}])
+    r = cli("run", "meters_now", "--format", "json")
+    assert r.code == 0, r.err
+    assert r.json()["batches"][0]["counts"]["duplicates"] == 1
+    _land(landing, "0003.jsonl", first + [{"meter_id": "m3", "version": 1, "site": "b", "reading": 0.3,
+                                           "price": "1.00"}])
+    r = cli("run", "meters_now", "--format", "json")
+    assert r.code == 0, r.err
+    assert r.json()["batches"][0]["counts"]["duplicates"] == 3
+    readings = {r["meter_id"]: r["reading"] for r in _query(cli, "SELECT meter_id, reading FROM meters_now")}
+    assert readings["m3"] == 0.3 and abs(readings["m1"] - 0.1) < 1e-7 and readings["m2"] == 2.5
+    for changed in ({"meter_id": "m1", "version": 1, "site": "a", "reading": 0.2, "price": "12.30"},
+                    {"meter_id": "m3", "version": 1, "site": "b", "reading": 0.30000001, "price": "1.00"}):
+        _land(landing, "0004.jsonl", [changed])
+        r = cli("run", "meters_now", "--format", "json")
+        assert r.code == 3 and json.loads(r.out)["type"] == "PayloadConflict", (r.out, r.err)
+    assert cli("verify", "meters_now", "--deep").code == 0

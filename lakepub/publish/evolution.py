@@ -335,6 +335,16 @@ def definition_evolves(recorded: Mapping[str, Any], current: Mapping[str, Any], 
     return not any(_had(s, (c,)) for s in table.metadata.schemas for c in new if c not in old)
 
 
+def float_widened(ledger: Table, contract: Contract) -> frozenset[str]:
+    """The contract's double state fields that some schema of the ledger (the current one
+    included: an evolution still to come) has as float: their ledger values may be floats, which
+    a resent event's double must be compared with as a float (``versioning._same_state``). One
+    pass over the ledger's few schemas."""
+    doubles = [n for n in contract.state_names if isinstance(contract.field(n).type.iceberg, DoubleType)]
+    return frozenset(n for n in doubles for s in ledger.metadata.schemas
+                     if n in s.column_names and isinstance(s.find_field(n).field_type, FloatType))
+
+
 def as_schema(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     """Rows read from a snapshot written before an evolution, in the current ``schema``: a column
     it lacks is null (a new field), the others cast (a promotion)."""
