@@ -51,3 +51,21 @@ def test_wait_accepts_the_null_partition_that_state_lists(ws_path: Path, cli):
     assert r.code == 0, r.err
     assert r.json()["waited_for"]["partition"] == "null"
     assert cli("wait", "cust_current", "--partition", "2025-1", "--timeout", "1s").code == 2  # still refused
+
+
+def test_a_retired_dataset_without_a_snapshot_reads_retired_and_wait_refuses(ws_path: Path, cli):
+    """A dataset whose table exists without a snapshot (created by its entity's publisher, whose
+    first publish did not land) can be retired; its state said ``never-published`` and ``wait``
+    polled it until the timeout (exit 6) instead of refusing at once (exit 3) as for any retired
+    dataset, though ``run`` skips it."""
+    from lakepub.workspace import Workspace
+
+    ws = Workspace.open(ws_path)
+    ws.publisher("orders_daily")  # creates the entity's tables, nothing published
+    assert ws.catalog.load_table("lakepub.orders_daily").metadata.current_snapshot_id is None
+    assert cli("retire", "orders_daily").code == 0
+    state = cli("state", "orders_daily", "--format", "json").json()
+    assert state["readiness"] == "retired" and state["retired"]["state"] == "retired"
+    assert state["fingerprint"] is None and state["partitions"] == []
+    r = cli("wait", "orders_daily", "--timeout", "2s", "--interval", "1s")
+    assert r.code == 3 and "orders_daily is retired" in r.err, (r.code, r.err)
