@@ -104,3 +104,28 @@ def test_a_resent_event_is_still_a_duplicate_after_float_becomes_double(ws_path:
         r = cli("run", "meters_now", "--format", "json")
         assert r.code == 3 and json.loads(r.out)["type"] == "PayloadConflict", (r.out, r.err)
     assert cli("verify", "meters_now", "--deep").code == 0
+
+
+def test_a_dataset_built_under_the_new_version_before_its_first_batch_does_not_block_it(ws_path: Path, cli):
+    """A dataset added together with the version bump is built from the ledger (its build record
+    names v1.1) before the batch that evolves the tables; that batch was refused (a payload
+    conflict, fixed by the producer). The published version was then read from the build record
+    (v1.1, the dataset's own), so every later publish was refused as 'v1.1 edited in place'
+    (exit 2) though nothing had been edited: the source was stuck."""
+    from tests.test_evolution import NEW, OLD, _query, _setup
+
+    landing = _setup(ws_path)
+    (ws_path / "catalog" / "datasets" / "customers_all.yaml").unlink()
+    _land(landing, "0001.jsonl", OLD)
+    assert cli("run", "customers_mrr").code == 0
+    _to_v1_1(ws_path)  # customers_all comes back, on v1.1
+    _land(landing, "0002.jsonl", [{**OLD[0], "mrr_cents": 1}])  # same version, other payload
+    r = cli("run", "customers_mrr", "--format", "json")
+    assert r.code == 3 and json.loads(r.out)["type"] == "PayloadConflict", (r.out, r.err)
+    _land(landing, "0002.jsonl", NEW)  # the producer fixes its batch
+    r = cli("run", "customers_mrr")
+    assert r.code == 0, r.err
+    rows = {r["customer_id"]: (r["referrer"], r["seats"]) for r in _query(cli, "SELECT * FROM customers_all")}
+    assert rows == {"c1": (None, 1), "c2": ("partner", 2), "c3": (None, 3), "c4": ("ads", 3_000_000_000)}
+    for name in DATASETS:
+        assert cli("verify", name, "--deep").code == 0

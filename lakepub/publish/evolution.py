@@ -77,17 +77,24 @@ _SETTLED: set[tuple] = set()  # (contract sha256, (table uuid, schema id)...) th
 
 def recorded_ref(catalog: Catalog, namespace: str, group: EntityGroup, ledger: Table) -> str | None:
     """The contract version the entity's tables were written for: the ledger's
-    ``lakepub.contract-ref`` (set by an evolution), else the newest published record's."""
+    ``lakepub.contract-ref`` (set by an evolution), else the newest record of a published batch.
+    Build and compaction records are passed over: they name the contract of the process that
+    wrote them, which for a dataset built under a new version before the batch that evolves the
+    ledger is that new version, not the one the ledger holds (taken for it, the next publish was
+    refused as that version edited in place)."""
     ref = ledger.metadata.properties.get(CONTRACT_REF_PROPERTY)
     if ref:
         return ref
-    from lakepub.store.record import latest_record
+    from lakepub.store.record import published_history
 
     for name in group.dataset_names:
         if catalog.table_exists((namespace, name)):
-            record = latest_record(catalog.load_table((namespace, name)))
-            if record is not None and record.contract:
-                return record.contract
+            for _snapshot, record in published_history(catalog.load_table((namespace, name))):
+                if record.batch.get("kind") in ("build", "compaction"):
+                    continue
+                if record.contract:
+                    return record.contract
+                break
     return None
 
 
