@@ -69,3 +69,15 @@ def test_a_retired_dataset_without_a_snapshot_reads_retired_and_wait_refuses(ws_
     assert state["fingerprint"] is None and state["partitions"] == []
     r = cli("wait", "orders_daily", "--timeout", "2s", "--interval", "1s")
     assert r.code == 3 and "orders_daily is retired" in r.err, (r.code, r.err)
+
+
+def test_wait_refuses_a_data_version_that_can_never_match(ws_path: Path, cli):
+    """A data version is matched exactly or by a prefix of at least 8 hex digits; a shorter or
+    non-hex one can never match, and waited the whole timeout (exit 6) instead of exit 2."""
+    _cust(ws_path, cli)
+    version = cli("state", "cust_current", "--format", "json").json()["data_version"]
+    assert cli("wait", "cust_current", "--data-version", version[7:15], "--timeout", "1s").code == 0
+    assert cli("wait", "cust_current", "--data-version", version, "--timeout", "1s").code == 0
+    for bad in (version[7:14], "sha256:" + version[7:12], "latest", version[7:15] + "xyz"):
+        r = cli("wait", "cust_current", "--data-version", bad, "--timeout", "3s", "--interval", "1s")
+        assert r.code == 2 and "--data-version" in r.err, (bad, r.code, r.err)

@@ -14,6 +14,7 @@ safe to retry, 3 a refusal) says what was seen last. A retired dataset is refuse
 (exit 3: it will not be published until restored), and a partition label that cannot be one of
 the dataset's (``2026-1-5`` for day partitions) is refused with exit 2 rather than waited for;
 ``null`` (the partition of rows whose source value is null, as ``state`` lists it) is one.
+A ``--data-version`` that cannot match any (not hex, fewer than 8 digits) is exit 2 as well.
 
 Invariant: exit 0 only after a poll read the catalog's current pointer and found the condition;
 the state returned is that poll's. ``clock`` and ``sleep`` are parameters so tests need not wait.
@@ -63,6 +64,17 @@ def check_label(ws, dataset: str, partition: str) -> None:
                         f"{ws.dataset(dataset).partition}; labels look like {example!r})")
 
 
+_DATA_VERSION = re.compile(r"(sha256:)?[0-9a-f]{8,64}")
+
+
+def check_data_version(want: str) -> None:
+    """Refuse (exit 2) a ``--data-version`` that no data version can match (``matches``): data
+    versions are ``sha256:`` and 64 hex digits, matched exactly or by >= 8 of them."""
+    if not _DATA_VERSION.fullmatch(want.strip()):
+        raise UserError(f"--data-version: {want!r} can never match: give a data version as `lakepub state` shows it "
+                        "(sha256:<64 hex digits>) or a prefix of at least 8 of its hex digits")
+
+
 def satisfied(state: DatasetState, partition: str | None, data_version: str | None) -> bool:
     if state.readiness not in ("published", "foreign-head"):
         return False
@@ -85,6 +97,8 @@ def wait_for(ws, dataset: str, *, partition: str | None = None, data_version: st
     ws.dataset(dataset)
     if partition is not None:
         check_label(ws, dataset, partition)
+    if data_version is not None:
+        check_data_version(data_version)
     deadline = clock() + timeout_s
     while True:
         state = dataset_state(ws, dataset)
