@@ -129,3 +129,34 @@ def test_a_dataset_built_under_the_new_version_before_its_first_batch_does_not_b
     assert rows == {"c1": (None, 1), "c2": ("partner", 2), "c3": (None, 3), "c4": ("ads", 3_000_000_000)}
     for name in DATASETS:
         assert cli("verify", name, "--deep").code == 0
+
+
+def test_a_version_published_without_a_schema_change_cannot_be_edited_in_place(ws_path: Path, cli, ws):
+    """v1.1 evolves the tables (the ledger records contract-ref v1.1); v1.2 changes no field type
+    and is published; then v1.2's file is edited in place to add a field. The ledger still named
+    v1.1 (only an evolution updated the ref), so the edit passed as an evolution from v1.1, exit 0,
+    instead of exit 2 (a published version's file edited in place, as README promises)."""
+    from tests.test_evolution import V1_1, _dataset, ALL, MRR
+
+    _published(ws_path, cli)
+    _to_v1_1(ws_path)
+    landing = ws_path / "landing" / "customers" / "p0"
+    _land(landing, "0002.jsonl", [_event("c9", 1, "FR", "pro", 5, referrer="x")])
+    assert cli("run", "customers_mrr").code == 0
+    v1_2 = V1_1.replace('version: "1.1"', 'version: "1.2"').replace("plan: string", "plan: {type: string, description: p}")
+    path = ws_path / "catalog" / "contracts" / "customers@v1.2.yaml"
+    path.write_text(v1_2)
+    for d in (MRR, ALL):
+        _dataset(ws_path, d, "contracts/customers@v1.2")
+    _land(landing, "0003.jsonl", [_event("c9", 2, "FR", "pro", 6, referrer="x")])
+    assert cli("run", "customers_mrr").code == 0
+    ledger = ws.catalog.load_table("lakepub.customers__ledger")
+    assert ledger.metadata.properties["lakepub.contract-ref"] == "contracts/customers@v1.2"
+    path.write_text(v1_2 + "  channel: {type: string, nullable: true}\n")  # edited in place
+    before = {d: published_pointers(ws, d) for d in DATASETS}
+    _land(landing, "0004.jsonl", [_event("c9", 3, "FR", "pro", 7, referrer="x", channel="web")])
+    r = cli("run", "customers_mrr", "--format", "json")
+    assert r.code == 2, (r.out, r.err)
+    err = json.loads(r.out)
+    assert "customers@v1.2.yaml" in err["message"] and "fields.channel" in err["message"]
+    assert {d: published_pointers(ws, d) for d in DATASETS} == before

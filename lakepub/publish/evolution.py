@@ -440,6 +440,11 @@ def plans(contract: Contract, specs: Mapping[str, Any], ledger: Table, tables: M
     ledger_plan = plan(ledger, ledger_iceberg(ledger, contract))
     if ledger_plan.evolves:
         ledger_plan = plan(ledger, ledger_iceberg(ledger, contract), shape_property(contract))
+    elif ledger.metadata.properties.get(CONTRACT_REF_PROPERTY, contract.schema_ref) != contract.schema_ref:
+        # A new version without a schema change (once the ledger names one): the first publish
+        # under it records it, or a later in-place edit of it would pass as an evolution from
+        # the older version instead of being refused (``_edited_in_place``).
+        ledger_plan = plan(ledger, ledger_iceberg(ledger, contract), {CONTRACT_REF_PROPERTY: contract.schema_ref})
     out = {}
     for name, spec in specs.items():
         table = tables[name]
