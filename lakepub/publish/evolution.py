@@ -87,15 +87,16 @@ def recorded_ref(catalog: Catalog, namespace: str, group: EntityGroup, ledger: T
         return ref
     from lakepub.store.record import published_history
 
+    found: list[tuple[int, str]] = []  # (timestamp, contract) of each dataset's newest batch record
     for name in group.dataset_names:
         if catalog.table_exists((namespace, name)):
-            for _snapshot, record in published_history(catalog.load_table((namespace, name))):
+            for snapshot, record in published_history(catalog.load_table((namespace, name))):
                 if record.batch.get("kind") in ("build", "compaction"):
                     continue
                 if record.contract:
-                    return record.contract
+                    found.append((snapshot.timestamp_ms, record.contract))
                 break
-    return None
+    return max(found)[1] if found else None
 
 
 def check_contract(contract: Contract, recorded: dict[str, Any], current: dict[str, Any],
