@@ -123,6 +123,13 @@ def check(olds: list[Contract], new: Contract,
     return result
 
 
+def reads_old_data(old: Contract, new: Contract) -> list[Finding]:
+    """The findings of NEW reading OLD's data (the backward direction), whatever NEW's
+    ``compat_mode``: what an in-place evolution needs, as the published tables keep the rows
+    written under OLD and are read with NEW's schema (``publish/evolution.py``)."""
+    return _resolve(new, old, True, against=old.schema_ref)
+
+
 def _dedupe(findings: list[Finding]) -> list[Finding]:
     seen, out = set(), []
     for f in findings:

@@ -12,7 +12,9 @@ A data version is matched exactly or by a prefix of at least 8 hex digits (``sha
 On timeout ``WaitTimedOut`` (exit 6, distinct from every other outcome: 4 means a failed write
 safe to retry, 3 a refusal) says what was seen last. A retired dataset is refused at once
 (exit 3: it will not be published until restored), and a partition label that cannot be one of
-the dataset's (``2026-1-5`` for day partitions) is refused with exit 2 rather than waited for.
+the dataset's (``2026-1-5`` for day partitions) is refused with exit 2 rather than waited for;
+``null`` (the partition of rows whose source value is null, as ``state`` lists it) is one.
+A ``--data-version`` that cannot match any (not hex, fewer than 8 digits) is exit 2 as well.
 
 Invariant: exit 0 only after a poll read the catalog's current pointer and found the condition;
 the state returned is that poll's. ``clock`` and ``sleep`` are parameters so tests need not wait.
@@ -29,6 +31,7 @@ from lakepub.lifecycle.retirement import check_not_retired
 from lakepub.lifecycle.state import DatasetState, dataset_state
 
 TIMEOUT_EXIT = 6
+NULL_LABEL = "null"  # the label of a null partition value, whatever the transform
 _LABELS = {"year": r"\d{4}", "month": r"\d{4}-\d{2}", "day": r"\d{4}-\d{2}-\d{2}", "bucket": r"\d+", "none": "all"}
 
 
@@ -54,10 +57,23 @@ def check_label(ws, dataset: str, partition: str) -> None:
     spec = ws.config.definition(dataset)
     kind = spec.partition.kind
     pattern = _LABELS.get(kind)
+    if kind != "none" and partition == NULL_LABEL:
+        return  # the partition of rows whose source value is null (``PartitionBy.label``)
     if pattern is not None and not re.fullmatch(pattern, partition):
         example = {"year": "2026", "month": "2026-01", "day": "2026-01-05", "bucket": "3", "none": "all"}[kind]
         raise UserError(f"--partition: {partition!r} cannot be a partition of {dataset} (partitioned by "
                         f"{spec.partition}; labels look like {example!r})")
+
+
+_DATA_VERSION = re.compile(r"(sha256:)?[0-9a-f]{8,64}")
+
+
+def check_data_version(want: str) -> None:
+    """Refuse (exit 2) a ``--data-version`` that no data version can match (``matches``): data
+    versions are ``sha256:`` and 64 hex digits, matched exactly or by >= 8 of them."""
+    if not _DATA_VERSION.fullmatch(want.strip()):
+        raise UserError(f"--data-version: {want!r} can never match: give a data version as `lakepub state` shows it "
+                        "(sha256:<64 hex digits>) or a prefix of at least 8 of its hex digits")
 
 
 def satisfied(state: DatasetState, partition: str | None, data_version: str | None) -> bool:
@@ -82,6 +98,8 @@ def wait_for(ws, dataset: str, *, partition: str | None = None, data_version: st
     ws.config.definition(dataset)
     if partition is not None:
         check_label(ws, dataset, partition)
+    if data_version is not None:
+        check_data_version(data_version)
     deadline = clock() + timeout_s
     while True:
         state = dataset_state(ws, dataset)

@@ -21,7 +21,7 @@ bumps it) and pinned by ``tests/test_sensors.py``::
     note               why readiness is not "published", or null
 
 Readiness: ``never-published`` (no table or no snapshot), ``retired``/``deleting`` (soft-deleted,
-``retirement.py``; the data is still there), ``foreign-head`` (the current snapshot was written by
+``retirement.py``; the data is still there; also for a table retired before any snapshot), ``foreign-head`` (the current snapshot was written by
 another tool: the positions and checksums are those of lakepub's last publish, and the next
 publish checks the data and may refuse it, see README "Other tools writing to the published
 table"), else ``published``. A partition's data version is that of the snapshot that last
@@ -91,6 +91,9 @@ def dataset_state(ws, dataset: str) -> DatasetState:
     retirement = retirement_of(table)
     retired = retirement.as_dict() if retirement else None
     if table is None or table.metadata.current_snapshot_id is None:
+        if retirement is not None:  # a table created, never published, then retired: retired first
+            return DatasetState(dataset, retirement.state, retired=retired, metadata_location=table.metadata_location,
+                                note=_retired_note(dataset, retirement) + "; never published")
         return DatasetState(dataset, "never-published", retired=retired,
                             metadata_location=table.metadata_location if table is not None else None,
                             note=f"no published snapshot yet; run 'lakepub run {dataset}' or 'lakepub publish'")
@@ -114,10 +117,7 @@ def dataset_state(ws, dataset: str) -> DatasetState:
     foreign = foreign_head(table)
     readiness, note = "published", None
     if retirement is not None:
-        readiness = retirement.state
-        note = (f"retired since {iso(retirement.at_ms)}: hidden from queries and listings, skipped by run; "
-                f"'lakepub restore {dataset}' undoes it" if retirement.state == "retired"
-                else "the janitor is hard-deleting it")
+        readiness, note = retirement.state, _retired_note(dataset, retirement)
     elif foreign is not None:
         readiness = "foreign-head"
         note = (f"the current snapshot {foreign.snapshot_id} was written by another tool; positions and checksums "
@@ -134,6 +134,13 @@ def dataset_state(ws, dataset: str) -> DatasetState:
         partition_count=newest[1].partition_count if newest else None,
         retired=retired, metadata_location=table.metadata_location, note=note,
     )
+
+
+def _retired_note(dataset: str, retirement) -> str:
+    if retirement.state == "retired":
+        return (f"retired since {iso(retirement.at_ms)}: hidden from queries and listings, skipped by run; "
+                f"'lakepub restore {dataset}' undoes it")
+    return "the janitor is hard-deleting it"
 
 
 def data_version_of(table, spec, snapshot, record) -> str | None:

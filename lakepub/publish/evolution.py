@@ -14,7 +14,8 @@ by itself. The first publish under it compares the contract with what the tables
   any change of the entity's roles) or a structural/policy error is refused with
   ``IncompatibleContract`` (exit 3: the contract file is valid, the published tables cannot take
   it; publish it as a new major version into a new dataset built beside the old one). Without the
-  old file, only added nullable-or-defaulted fields and Iceberg promotions pass;
+  old file, only added nullable-or-defaulted fields and Iceberg promotions pass (with it too, whatever
+  the compat_mode: the old rows stay and are read with the new schema, the backward direction);
 * **each table** (``plan``): the columns lakepub would write for the new contract (``expected``)
   against the table's current schema. A column the table never had (in *any* of its schemas:
   Iceberg never reuses a name's id, so a column dropped by another tool is told apart from a new
@@ -37,7 +38,9 @@ Measured (``scripts/bench/evolution.py``, 100k live customers, loaded 2-core mac
 a 20-event batch touching ~17 of 64 buckets publishes in 0.31 s, the evolving one (64 rewritten)
 in 0.47 s; a batch touching every partition anyway costs the same evolving or not (0.44/0.48 s).
 Without a pending evolution a publish pays one JSON comparison of the contract's shape per
-publisher, and ``plans`` (~0.9-1.3 ms for orders_daily) once per contract and schema of the
+publisher, and (a contract other than the built-in orders one, on a ledger never evolved) one
+look-up of the published version (``recorded_ref``: ~2-3 ms, a catalog load, once per publisher:
+an unchanged shape under a new version is still judged by ``compat``), and ``plans`` (~0.9-1.3 ms for orders_daily) once per contract and schema of the
 tables (``begin`` remembers those that need nothing: ~5-20 us after; the guards' ``plan`` runs
 once per metadata version, like their other schema checks).
 """
@@ -74,29 +77,44 @@ _SETTLED: set[tuple] = set()  # (contract sha256, (table uuid, schema id)...) th
 
 def recorded_ref(catalog: Catalog, namespace: str, group: EntityGroup, ledger: Table) -> str | None:
     """The contract version the entity's tables were written for: the ledger's
-    ``lakepub.contract-ref`` (set by an evolution), else the newest published record's."""
+    ``lakepub.contract-ref`` (set by an evolution), else the newest record of a published batch.
+    Build and compaction records are passed over: they name the contract of the process that
+    wrote them, which for a dataset built under a new version before the batch that evolves the
+    ledger is that new version, not the one the ledger holds (taken for it, the next publish was
+    refused as that version edited in place)."""
     ref = ledger.metadata.properties.get(CONTRACT_REF_PROPERTY)
     if ref:
         return ref
-    from lakepub.store.record import latest_record
+    from lakepub.store.record import published_history
 
+    found: list[tuple[int, str]] = []  # (timestamp, contract) of each dataset's newest batch record
     for name in group.dataset_names:
         if catalog.table_exists((namespace, name)):
-            record = latest_record(catalog.load_table((namespace, name)))
-            if record is not None and record.contract:
-                return record.contract
-    return None
+            for snapshot, record in published_history(catalog.load_table((namespace, name))):
+                if record.batch.get("kind") in ("build", "compaction"):
+                    continue
+                if record.contract:
+                    found.append((snapshot.timestamp_ms, record.contract))
+                break
+    return max(found)[1] if found else None
 
 
 def check_contract(contract: Contract, recorded: dict[str, Any], current: dict[str, Any],
                    ref: str | Callable[[], str | None] | None) -> bool:
     """Refuse (``IncompatibleContract``) unless ``contract`` (shape ``current``) is a compatible
     evolution of the contract the ledger was written for (shape ``recorded``, version ``ref``);
-    True when the schemas have to evolve (the shapes differ)."""
-    if recorded == current:
-        return False
+    True when the schemas have to evolve (the shapes differ).
+
+    Equal shapes (field types and roles) need no schema change, but a new version with them can
+    still be breaking (a nullable field made required, an enum narrowed): it is judged like any
+    other version, so ``ref`` is looked up whenever the version may differ."""
     where = str(contract.path or contract.schema_ref)
-    ref = ref() if callable(ref) else ref  # looked up only when the shapes differ
+    if recorded == current:
+        ref = ref() if callable(ref) else ref
+        if ref and ref != contract.schema_ref:
+            _check_compat(contract, where, ref, _load_old(contract, ref))
+        return False
+    ref = ref() if callable(ref) else ref
     if ref == contract.schema_ref:
         _edited_in_place(contract, where, recorded, current)
     published = ref or "the published contract"
@@ -105,15 +123,7 @@ def check_contract(contract: Contract, recorded: dict[str, Any], current: dict[s
             raise _refuse(contract, where, published, f"entity.{role}",
                           f"the entity's {role} changes from {recorded.get(role)} to {current.get(role)}")
     old = _load_old(contract, ref)
-    if old is not None:
-        from lakepub.contract import compat
-
-        result = compat.check([old], contract)
-        bad = [f for f in result.findings if f.breaking or (f.level == "error" and f.kind in ("structural", "policy"))]
-        if bad:
-            f = bad[0]
-            raise _refuse(contract, where, published, f"fields.{f.field}" if f.field else "entity",
-                          f"{f.rule}: {f.message}" + (f" ({f.failure_mode})" if f.failure_mode else ""))
+    _check_compat(contract, where, published, old)
     old_fields, new_fields = recorded.get("fields", {}), current.get("fields", {})
     for name, type_name in old_fields.items():  # the structural floor, with or without the old file
         if name not in new_fields:
@@ -121,13 +131,32 @@ def check_contract(contract: Contract, recorded: dict[str, Any], current: dict[s
         if new_fields[name] != type_name and not promotes(_iceberg(type_name), _iceberg(new_fields[name])):
             raise _refuse(contract, where, published, f"fields.{name}.type",
                           f"'{name}' changes from {type_name} to {new_fields[name]}, not an Iceberg promotion")
-    if old is None:
-        for name in new_fields:
-            f = contract.field(name)
-            if name not in old_fields and not f.nullable and f.default is None:
-                raise _refuse(contract, where, published, f"fields.{name}",
-                              f"'{name}' is added as required without a default: rows written before cannot have it")
+    # Whatever direction compat_mode checks (``forward`` only asks old readers to read new data),
+    # the published tables keep the old rows and are read with the new schema: a field they lack
+    # must read as null or its default, so a required one without a default is refused here too.
+    for name in new_fields:
+        f = contract.field(name)
+        if name not in old_fields and not f.nullable and f.default is None:
+            raise _refuse(contract, where, published, f"fields.{name}",
+                          f"'{name}' is added as required without a default: rows written before cannot have it")
     return True
+
+
+def _check_compat(contract: Contract, where: str, published: str, old: Contract | None) -> None:
+    """Refuse ``contract`` if ``contract/compat.py`` finds it breaking (or a structural or policy
+    error) against ``old``, the published version's file (nothing to judge without it), in its
+    ``compat_mode`` and in the backward direction in any mode: the tables keep the old rows."""
+    if old is None:
+        return
+    from lakepub.contract import compat
+
+    result = compat.check([old], contract)
+    findings = result.findings + compat.reads_old_data(old, contract)  # backward, whatever compat_mode
+    bad = [f for f in findings if f.breaking or (f.level == "error" and f.kind in ("structural", "policy"))]
+    if bad:
+        f = bad[0]
+        raise _refuse(contract, where, published, f"fields.{f.field}" if f.field else "entity",
+                      f"{f.rule}: {f.message}" + (f" ({f.failure_mode})" if f.failure_mode else ""))
 
 
 def _edited_in_place(contract: Contract, where: str, recorded: dict[str, Any], current: dict[str, Any]) -> None:
@@ -314,6 +343,16 @@ def definition_evolves(recorded: Mapping[str, Any], current: Mapping[str, Any], 
     return not any(_had(s, (c,)) for s in table.metadata.schemas for c in new if c not in old)
 
 
+def float_widened(ledger: Table, contract: Contract) -> frozenset[str]:
+    """The contract's double state fields that some schema of the ledger (the current one
+    included: an evolution still to come) has as float: their ledger values may be floats, which
+    a resent event's double must be compared with as a float (``versioning._same_state``). One
+    pass over the ledger's few schemas."""
+    doubles = [n for n in contract.state_names if isinstance(contract.field(n).type.iceberg, DoubleType)]
+    return frozenset(n for n in doubles for s in ledger.metadata.schemas
+                     if n in s.column_names and isinstance(s.find_field(n).field_type, FloatType))
+
+
 def as_schema(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     """Rows read from a snapshot written before an evolution, in the current ``schema``: a column
     it lacks is null (a new field), the others cast (a promotion)."""
@@ -402,6 +441,11 @@ def plans(contract: Contract, specs: Mapping[str, Any], ledger: Table, tables: M
     ledger_plan = plan(ledger, ledger_iceberg(ledger, contract))
     if ledger_plan.evolves:
         ledger_plan = plan(ledger, ledger_iceberg(ledger, contract), shape_property(contract))
+    elif ledger.metadata.properties.get(CONTRACT_REF_PROPERTY, contract.schema_ref) != contract.schema_ref:
+        # A new version without a schema change (once the ledger names one): the first publish
+        # under it records it, or a later in-place edit of it would pass as an evolution from
+        # the older version instead of being refused (``_edited_in_place``).
+        ledger_plan = plan(ledger, ledger_iceberg(ledger, contract), {CONTRACT_REF_PROPERTY: contract.schema_ref})
     out = {}
     for name, spec in specs.items():
         table = tables[name]

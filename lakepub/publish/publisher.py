@@ -333,7 +333,8 @@ class Publisher:
                 change = None  # a concurrent publish touched our entities: recompute
             if change is None:
                 found = self._lookup.rows(ledger, head, prepared.side)
-                change = project(prepared.side, found, order_keys_version(ledger))
+                change = project(prepared.side, found, order_keys_version(ledger),
+                                 evolution.float_widened(ledger, self.contract))
                 base_ledger = head
                 logs.projected(dataset, identity.batch_id, attempt, head, change.new_ledger_rows.num_rows)
             try:

@@ -123,11 +123,13 @@ def prepare_batch(batch: pa.Table, shape: Shape) -> BatchSide:
                      entity_keys(entities, shape.key), conflict)
 
 
-def project(side: BatchSide, found: tuple[pa.Table, np.ndarray], key_version: str | None = None) -> Change:
+def project(side: BatchSide, found: tuple[pa.Table, np.ndarray], key_version: str | None = None,
+            widened: frozenset[str] = frozenset()) -> Change:
     """Project a batch (its ``prepare_batch`` result) onto the ledger rows of its entities:
     ``found`` is what ``publish/lookup.py`` returns, the rows (version, the state fields, floor)
     and, per row, the entity's row in ``side.entities``. The new ledger rows get the keys of the
-    ledger's ``key_version`` (``layout.order_keys_version``)."""
+    ledger's ``key_version`` (``layout.order_keys_version``). ``widened``: double fields the
+    ledger once stored as float (``evolution.float_widened``), compared as ``_same_state`` says."""
     shape = side.shape
     if side.conflict is not None:
         raise PayloadConflict(side.conflict[0], side.conflict[1], "two payloads in this batch", _key_name(shape))
@@ -141,7 +143,7 @@ def project(side: BatchSide, found: tuple[pa.Table, np.ndarray], key_version: st
     seen = np.zeros(len(d_entity), dtype=bool)
     if prev.num_rows:
         d_pos, p_pos = _match(d_entity, d_version, p_entity, p_version)
-        bad = ~_same_state(distinct, d_pos, prev, p_pos, shape.state)
+        bad = ~_same_state(distinct, d_pos, prev, p_pos, shape.state, widened)
         if bad.any():
             i = int(d_pos[np.flatnonzero(bad)[0]])
             raise PayloadConflict(_render_key(distinct, shape, i), int(d_version[i]),
@@ -223,14 +225,25 @@ def _match(a_group: np.ndarray, a_version: np.ndarray, b_group: np.ndarray, b_ve
     return i, j
 
 
-def _same_state(a: pa.Table, i: np.ndarray, b: pa.Table, j: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
-    """Row-wise ``a[i] == b[j]`` on the fields ``names``; null equals null, NaN equals NaN."""
+def _same_state(a: pa.Table, i: np.ndarray, b: pa.Table, j: np.ndarray, names: tuple[str, ...],
+                widened: frozenset[str] = frozenset()) -> np.ndarray:
+    """Row-wise ``a[i] == b[j]`` (batch ``a``, ledger ``b``) on the fields ``names``; null equals
+    null, NaN equals NaN. For a ``widened`` field (a double the ledger stored as a float before a
+    contract promoted it) a ledger value equal to the batch value rounded to float is the same
+    payload too: the event as a float writer stored it (0.1 is kept as 0.1f, read back as
+    0.10000000149011612). The cost of not knowing which ledger rows predate the promotion: two
+    payloads of a row written after it that differ only below float precision, the stored one
+    being a float exactly (2.5 and 2.5000000001), count as equal, not as a conflict."""
     out = np.ones(len(i), dtype=bool)
     if not len(i):
         return out
     ai, bj = pa.array(i), pa.array(j)
     for name in names:
-        out &= _eq(a.column(name).take(ai), b.column(name).take(bj))
+        x, y = a.column(name).take(ai), b.column(name).take(bj)
+        eq = _eq(x, y)
+        if name in widened and pa.types.is_floating(x.type):
+            eq |= _eq(pc.cast(pc.cast(x, pa.float32(), safe=False), x.type), y)
+        out &= eq
     return out
 
 
