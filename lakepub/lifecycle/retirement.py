@@ -11,8 +11,9 @@ seen by the machine that wrote it. The cost: one metadata file per retire/restor
 load per dataset wherever listings need to know (``retired_names``); the published views and the
 table list read the property from the table they load anyway.
 
-Invariant: a retired dataset's data and history stay exactly as they were (no data file, snapshot
-or position is touched); it is hidden from ``query``/``connect`` views and the listings (``tables``,
+Invariant: a retired dataset's published data and positions stay exactly as they were (its
+current snapshot, its data files and its records are not touched; the janitor's usual expiry of
+snapshots older than ``--older-than`` and of unreferenced files still applies to it); it is hidden from ``query``/``connect`` views and the listings (``tables``,
 ``status`` and ``metrics`` without names, ``report``), ``run DATASET`` skips it with exit 0, and
 ``publish`` into it is refused (exit 3). ``restore`` removes the property, and everything is back.
 A dataset sharing its entity with live datasets is still maintained by their publishes (they
