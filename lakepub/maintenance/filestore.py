@@ -80,6 +80,14 @@ class FileStore(Protocol):
         """Delete files; return the ones that could not be deleted (missing files count as deleted)."""
         ...
 
+    def folders(self, prefix: str) -> builtins.list[str]:
+        """The names of the folders directly inside the folder ``prefix`` (not recursive)."""
+        ...
+
+    def prune(self, prefix: str) -> None:
+        """Remove the empty folders left under ``prefix`` (and it, if empty); object stores have none."""
+        ...
+
 
 class LocalFileStore:
     """A local filesystem: ``os.walk`` and ``os.remove``; paths are returned as ``file://`` URIs."""
@@ -105,6 +113,21 @@ class LocalFileStore:
             except OSError:
                 failed.append(path)
         return failed
+
+    def folders(self, prefix: str) -> builtins.list[str]:
+        try:
+            with os.scandir(split_location(prefix).path) as entries:
+                return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+        except FileNotFoundError:
+            return []
+
+    def prune(self, prefix: str) -> None:
+        root = split_location(prefix).path
+        for folder, _dirs, _names in sorted(os.walk(root), key=lambda w: -len(w[0])):  # deepest first
+            try:
+                os.rmdir(folder)  # only succeeds when empty: a file written meanwhile keeps its folder
+            except OSError:
+                pass
 
 
 class S3FileStore:
@@ -159,6 +182,18 @@ class S3FileStore:
                 )
                 failed += [f"s3://{bucket}/{err['Key']}" for err in response.get("Errors", [])]
         return failed
+
+    def folders(self, prefix: str) -> builtins.list[str]:
+        loc = split_location(prefix)
+        key_prefix = loc.path.lstrip("/").rstrip("/") + "/"
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=loc.authority, Prefix=key_prefix, Delimiter="/", PaginationConfig={"PageSize": self.page_size}
+        )
+        names = {p["Prefix"][len(key_prefix):].rstrip("/") for page in pages for p in page.get("CommonPrefixes", [])}
+        return sorted(n for n in names if n)
+
+    def prune(self, prefix: str) -> None:
+        return None  # an object store has no folders: deleting the last key removes the prefix
 
 
 def _batches(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
