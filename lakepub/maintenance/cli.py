@@ -8,6 +8,7 @@ with it pyiceberg) when it runs, so ``lakepub --help`` does not pay for it.
 from __future__ import annotations
 
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -79,7 +80,8 @@ def janitor(ctx: click.Context, datasets: tuple[str, ...], dry_run: bool, older_
 
     It also deletes superseded table folders: a dataset's former folder (`X/` or
     `X__rebuild_<hex>/`) that an offline rebuild (`reconcile`, `rebuild`) swapped away from, once no
-    catalog table lives there and every file in it is older than --older-than.
+    catalog table lives there, every file in it is older than --older-than and a janitor run marked
+    it superseded at least --older-than ago (the first run that finds it marks it).
 
     Without DATASET it first hard-deletes retired datasets whose `retire --grace` is over: their
     tables and files, their entity's ledger when no dataset of it remains, and the definitions
@@ -150,6 +152,11 @@ def _superseded_lines(report: JanitorReport) -> list[str]:
         size = f"{f.files} file(s), {_bytes(f.bytes)}"
         if f.status == "young":
             out.append(f"kept superseded folder {f.folder} ({f.dataset}): a file is younger than {grace}")
+        elif f.status in ("marked", "would mark"):
+            since = datetime.fromtimestamp(f.first_seen, tz=timezone.utc).isoformat(timespec="seconds")
+            out.append(f"{'marked' if f.status == 'marked' else 'would mark'} superseded folder {f.folder} "
+                       f"({f.dataset}): superseded since {since}, deletable {grace} later (readers of its old "
+                       "version may still read it)")
         elif f.status == "claimed":
             out.append(f"kept superseded folder {f.folder} ({f.dataset}): a table was created there meanwhile")
         elif f.status == "would delete":

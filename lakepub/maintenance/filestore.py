@@ -2,7 +2,8 @@
 
 A ``FileStore`` does two things: ``list(prefix)`` yields every file under a location with its size
 and modification time, and ``delete(paths)`` removes files (in batches where the backend has a
-batch call). Locations are compared in one normal form (``normalize``) so that ``file:/x``,
+batch call). For superseded table folders (``superseded``) it also lists the folders in a folder
+(``folders``), removes emptied folders (``prune``) and writes a marker file (``touch``). Locations are compared in one normal form (``normalize``) so that ``file:/x``,
 ``file:///x`` and ``/x`` are the same file, and so are ``s3://``, ``s3a://`` and ``s3n://``.
 """
 
@@ -88,6 +89,10 @@ class FileStore(Protocol):
         """Remove the empty folders left under ``prefix`` (and it, if empty); object stores have none."""
         ...
 
+    def touch(self, path: str) -> None:
+        """Write an empty file at ``path`` (a marker; its modification time is what matters)."""
+        ...
+
 
 class LocalFileStore:
     """A local filesystem: ``os.walk`` and ``os.remove``; paths are returned as ``file://`` URIs."""
@@ -128,6 +133,10 @@ class LocalFileStore:
                 os.rmdir(folder)  # only succeeds when empty: a file written meanwhile keeps its folder
             except OSError:
                 pass
+
+    def touch(self, path: str) -> None:
+        with open(split_location(path).path, "wb"):
+            pass
 
 
 class S3FileStore:
@@ -194,6 +203,10 @@ class S3FileStore:
 
     def prune(self, prefix: str) -> None:
         return None  # an object store has no folders: deleting the last key removes the prefix
+
+    def touch(self, path: str) -> None:
+        loc = split_location(path)
+        self.client.put_object(Bucket=loc.authority, Key=loc.path.lstrip("/"), Body=b"")
 
 
 def _batches(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:

@@ -16,8 +16,13 @@ Invariant: a folder is deleted only if all of these hold, checked in this order:
 * it is not, does not contain and is not inside the location of any table the catalog has, in
   any namespace. An in-progress rebuild is a catalog table, so its folder is protected;
 * every file in it was modified before ``now - grace`` (``--older-than``): ``create_table``
-  writes a folder before the catalog row exists, and readers of the old version may still be
-  reading its files;
+  writes a folder before the catalog row exists;
+* it was first seen superseded at least ``grace`` ago: readers of the old version may still be
+  reading its files, however old they are, and nothing records when the swap happened. The first
+  janitor run that finds a folder otherwise deletable writes a marker file ``MARKER`` into it
+  (status ``marked``) and a later run deletes it once the marker is older than the grace; the
+  marker's time is an upper bound on the swap's. With a zero grace (``--older-than 0s``) no
+  marker is needed: the run's ``now`` is the first sighting and it deletes at once;
 * the catalog, read again right before deleting, still has no table there.
 
 Only the files listed are deleted (through ``filestore``, so S3 works too); a file written after
@@ -40,6 +45,7 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from lakepub.maintenance.filestore import FileInfo, FileStore, Location, filestore_for, split_location
 
+MARKER = "lakepub-superseded-since"  # written by the janitor into a superseded folder it first sees
 REBUILD_SUFFIX = re.compile(r"__rebuild_[0-9a-f]{12}")  # lakepub.derive.rebuild.rebuild_name's form
 
 
@@ -48,13 +54,16 @@ class SupersededFolder:
     """One folder found: its dataset, files and bytes, and what happened to it.
 
     ``status``: ``deleted``, ``would delete`` (dry run), ``young`` (a file within the grace: kept),
-    ``claimed`` (a table appeared there before the deletion: kept) or ``failed``."""
+    ``marked`` (first seen now: deletable one grace later; ``would mark`` in a dry run),
+    ``claimed`` (a table appeared there before the deletion: kept) or ``failed``.
+    ``first_seen``: when the janitor first found it superseded (its marker's time, else ``now``)."""
 
     folder: str
     dataset: str
     files: int
     bytes: int
     newest_mtime: float
+    first_seen: float
     status: str = "would delete"
     files_removed: int = 0
     bytes_removed: int = 0
@@ -126,16 +135,23 @@ def sweep(catalog: Catalog, namespace: str, names: Iterable[str], props: Mapping
                 continue
             listing = list(store.list(str(folder)))
             listing = [f for f in listing if split_location(f.path).is_under(folder)]  # never outside it
-            newest = max((f.mtime for f in listing), default=0.0)
-            item = SupersededFolder(str(folder), dataset, len(listing), sum(f.size for f in listing), newest)
+            marker = str(_child(folder, MARKER))
+            marks = [f.mtime for f in listing if str(split_location(f.path)) == marker]
+            newest = max((f.mtime for f in listing if str(split_location(f.path)) != marker), default=0.0)
+            item = SupersededFolder(str(folder), dataset, len(listing), sum(f.size for f in listing), newest,
+                                    first_seen=min(marks, default=now))
             if newest >= now - grace:
                 item.status = "young"
+            elif item.first_seen > now - grace:
+                item.status = "would mark" if dry_run else "marked"
+                if not dry_run and not marks:
+                    store.touch(marker)  # first sighting; deleted with the folder a grace later
             found.append((item, store, listing))
     if dry_run:
         return [item for item, _store, _listing in found]
     fresh = catalog_locations(catalog)  # right before deleting: a table created there since wins
     for item, store, listing in found:
-        if item.status == "young":
+        if item.status in ("young", "marked"):
             continue
         if protected(split_location(item.folder), fresh) is not None:
             item.status = "claimed"
