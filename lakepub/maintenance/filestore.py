@@ -3,8 +3,9 @@
 A ``FileStore`` does two things: ``list(prefix)`` yields every file under a location with its size
 and modification time, and ``delete(paths)`` removes files (in batches where the backend has a
 batch call). For superseded table folders (``superseded``) it also lists the folders in a folder
-(``folders``), removes emptied folders (``prune``) and writes a marker file (``touch``). Locations are compared in one normal form (``normalize``) so that ``file:/x``,
-``file:///x`` and ``/x`` are the same file, and so are ``s3://``, ``s3a://`` and ``s3n://``.
+(``folders``), removes emptied folders (``prune``) and writes a marker file (``touch``).
+Locations are compared in one normal form (``normalize``) so that ``file:/x``, ``file:///x`` and
+``/x`` are the same file, and so are ``s3://``, ``s3a://`` and ``s3n://``.
 """
 
 from __future__ import annotations
