@@ -64,8 +64,11 @@ def test_a_base_rebuild_leaves_its_old_folder_to_the_janitor(shop: Path, cli):
         _age(namespace / name)
     published = _rows(cli, "SELECT * FROM customers_mrr ORDER BY 1 NULLS LAST")
 
+    empty = namespace / "customers_current__rebuild_aaaaaaaaaaaa"  # emptied (a crashed sweep's): no reader
+    (empty / "data").mkdir(parents=True)
     # Within the grace: kept, and reported as kept.
-    assert _swept(_janitor(cli, "--older-than", "1h")) == {"customers_mrr": "young"}
+    assert _swept(_janitor(cli, "--older-than", "1h")) == {"customers_mrr": "young", empty.name: "deleted"}
+    assert not empty.exists()
     _age(old, 2 * 3600)
     before = _tree(namespace)
     # Old files, but a reader may have started on the old version just before the swap: the first

@@ -140,7 +140,9 @@ def sweep(catalog: Catalog, namespace: str, names: Iterable[str], props: Mapping
             newest = max((f.mtime for f in listing if str(split_location(f.path)) != marker), default=0.0)
             item = SupersededFolder(str(folder), dataset, len(listing), sum(f.size for f in listing), newest,
                                     first_seen=min(marks, default=now))
-            if newest >= now - grace:
+            if not listing:  # an emptied folder (a hard delete's, a crashed sweep's): nothing to read
+                pass
+            elif newest >= now - grace:
                 item.status = "young"
             elif item.first_seen > now - grace:
                 item.status = "would mark" if dry_run else "marked"
