@@ -10,12 +10,15 @@ kept.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
+from lakepub import reports
 from lakepub.maintenance.superseded import MARKER
+from test_janitor import DATASET, moto_endpoint, publish  # noqa: F401
 
 from test_derive import (FIRST, MONTHLY, MRR, YEARLY, _Crash, _define, _oracle, _plan, _publish,  # noqa: F401
                          _rows, _ok, shop)
@@ -162,7 +165,7 @@ def test_a_derived_rebuild_in_progress_is_kept_and_the_finished_ones_are_swept(w
     _check(cli)
 
 
-def test_s3_store_lists_child_folders():
+def test_s3_store_lists_child_folders_and_touches():
     import boto3
     from moto import mock_aws
 
@@ -177,3 +180,55 @@ def test_s3_store_lists_child_folders():
         store = S3FileStore(client, page_size=1)
         assert store.folders("s3a://bkt/wh/ns.db/") == ["t", "t__rebuild_0123456789ab", "u"]
         assert store.folders("s3://bkt/wh/none") == []
+        store.touch("s3://bkt/wh/ns.db/u/mark")
+        assert {f.path: f.size for f in store.list("s3://bkt/wh/ns.db/u")} == {
+            "s3://bkt/wh/ns.db/u/a/b.parquet": 1, "s3://bkt/wh/ns.db/u/mark": 0}
+
+
+def test_superseded_folders_on_an_s3_warehouse(moto_endpoint, tmp_path):
+    import boto3
+    import yaml
+    from click.testing import CliRunner
+
+    from lakepub.cli import main
+    from lakepub.config import CONFIG_FILE
+    from lakepub.init import init_workspace
+    from lakepub.store.layout import summary_id
+    from lakepub.workspace import Workspace
+
+    props = {"s3.endpoint": moto_endpoint, "s3.access-key-id": "k", "s3.secret-access-key": "s",
+             "s3.region": "us-east-1"}
+    client = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1",
+                          aws_access_key_id="k", aws_secret_access_key="s")
+    client.create_bucket(Bucket="sweep")
+    root = tmp_path / "s3ws"
+    init_workspace(root)
+    config = yaml.safe_load((root / CONFIG_FILE).read_text())
+    config["catalog"] = {"name": "lakepub", "type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}",
+                         "warehouse": "s3://sweep/wh", **props}
+    (root / CONFIG_FILE).write_text(yaml.safe_dump(config))
+    ws = Workspace.open(root)
+    publish(ws, 0)
+    location = ws.catalog.load_table(summary_id(ws.config.namespace, DATASET)).location()
+    namespace = location.split("s3://sweep/", 1)[1].rsplit("/", 1)[0]
+    left = f"{namespace}/{DATASET}__rebuild_0123456789ab"  # what a swapped-away rebuild leaves
+    for key in (f"{left}/data/x.parquet", f"{left}/metadata/00000-x.metadata.json",
+                f"{namespace}/{DATASET}_other/data/x.parquet"):
+        client.put_object(Bucket="sweep", Key=key, Body=b"junk")
+
+    def keys() -> set[str]:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket="sweep", Prefix="wh/")
+        return {o["Key"] for page in pages for o in page.get("Contents", [])}
+
+    def janitor(*args: str) -> dict:
+        result = CliRunner().invoke(main, ["-w", str(root), "janitor", "--format", "json", *args],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, result.stderr
+        return _swept(json.loads(result.stdout))
+
+    before = keys()
+    assert janitor("--older-than", "1h") == {f"{DATASET}__rebuild_0123456789ab": "young"} and keys() == before
+    assert janitor("--older-than", "0s") == {f"{DATASET}__rebuild_0123456789ab": "deleted"}
+    assert keys() == {k for k in before if not k.startswith(left + "/")}
+    assert f"{namespace}/{DATASET}_other/data/x.parquet" in keys()
+    assert reports.verify(Workspace.open(root), DATASET, deep=True).ok
