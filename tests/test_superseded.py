@@ -18,10 +18,9 @@ import pytest
 
 from lakepub import reports
 from lakepub.maintenance.superseded import MARKER
-from test_janitor import DATASET, moto_endpoint, publish  # noqa: F401
-
 from test_derive import (FIRST, MONTHLY, MRR, YEARLY, _Crash, _define, _oracle, _plan, _publish,  # noqa: F401
                          _rows, _ok, shop)
+from test_janitor import DATASET, moto_endpoint, publish  # noqa: F401
 
 
 def _location(ws_path: Path, table: str) -> Path:
