@@ -1,4 +1,5 @@
-"""Table maintenance for lakepub: snapshot expiry, orphan-file removal, abandoned staging branches.
+"""Table maintenance for lakepub: snapshot expiry, orphan-file removal, abandoned staging branches,
+table folders superseded by an offline rebuild.
 
 Python API::
 
@@ -26,14 +27,16 @@ _HOME = {
     "LocationMismatch": "orphans", "check_listing": "orphans", "check_not_nested": "orphans", "classify": "orphans",
     "Reachability": "reachability", "live_partition_labels": "reachability",
     "FoldResult": "fold", "fold_deletes": "fold",  # merge-on-read: lakepub compact folds delete files
+    "SupersededFolder": "superseded", "sweep": "superseded",
 }
 
 __all__ = [
     "DEFAULT_OLDER_THAN_S", "DEFAULT_RETAIN_LAST", "STAGING_PREFIX",
-    "ExpiryPlan", "FileInfo", "FoldResult", "fold_deletes", "FileStore", "InvalidDuration", "JanitorOptions", "JanitorReport",
-    "LocalFileStore", "LocationMismatch", "Reachability", "S3FileStore", "TableReport", "UnreadableMetadata",
+    "ExpiryPlan", "FileInfo", "FoldResult", "fold_deletes", "FileStore", "InvalidDuration", "JanitorOptions",
+    "JanitorReport", "LocalFileStore", "LocationMismatch", "Reachability", "S3FileStore", "SupersededFolder",
+    "TableReport", "UnreadableMetadata",
     "check_listing", "check_not_nested", "classify", "clean_table", "commit_expiry", "filestore_for",
-    "live_partition_labels", "normalize", "parse_duration", "plan_expiry", "run_janitor", "targets",
+    "live_partition_labels", "normalize", "parse_duration", "plan_expiry", "run_janitor", "sweep", "targets",
 ]
 
 

@@ -8,6 +8,7 @@ with it pyiceberg) when it runs, so ``lakepub --help`` does not pay for it.
 from __future__ import annotations
 
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -77,6 +78,11 @@ def janitor(ctx: click.Context, datasets: tuple[str, ...], dry_run: bool, older_
     every live partition (so `lakepub verify` keeps working). Removes `lakepub-staging-*` branches
     whose head is older than --older-than. Never deletes a file modified within --older-than.
 
+    It also deletes superseded table folders: a dataset's former folder (`X/` or
+    `X__rebuild_<hex>/`) that an offline rebuild (`reconcile`, `rebuild`) swapped away from, once no
+    catalog table lives there, every file in it is older than --older-than and a janitor run marked
+    it superseded at least --older-than ago (the first run that finds it marks it).
+
     Without DATASET it first hard-deletes retired datasets whose `retire --grace` is over: their
     tables and files, their entity's ledger when no dataset of it remains, and the definitions
     (YAML) of them and of every dataset downstream (with their tables); --dry-run lists them."""
@@ -91,7 +97,7 @@ def janitor(ctx: click.Context, datasets: tuple[str, ...], dry_run: bool, older_
     finally:
         bar.close()
     click.echo(output.to_json(report.as_dict()) if fmt == "json" else render_table(report))
-    failed = sum(len(t.failed) for t in report.tables)
+    failed = sum(len(t.failed) for t in report.tables) + sum(len(f.failed) for f in report.superseded)
     if failed:
         raise DeleteFailed(f"{failed} file(s) could not be deleted; run the janitor again")
 
@@ -108,6 +114,7 @@ def render_table(report: JanitorReport) -> str:
         lines += [f"warning: {t.table}: {w}" for w in t.warnings]
         lines += [f"failed to delete: {p}" for p in t.failed]
     lines += _retired_lines(report)
+    lines += _superseded_lines(report)
     totals = report.totals()
     grace = format_duration(report.options.grace)
     if report.options.dry_run:
@@ -134,6 +141,30 @@ def _retired_lines(report: JanitorReport) -> list[str]:
     out += [f"retired {w['dataset']}: kept until {w['delete_after']} (lakepub restore {w['dataset']} undoes it)"
             for w in retired.waiting]
     out += [f"skipped {name}: restored or published while the janitor claimed it" for name in retired.skipped]
+    return out
+
+
+def _superseded_lines(report: JanitorReport) -> list[str]:
+    """Table folders an offline rebuild left behind: deleted, to delete (dry run) or kept, and why."""
+    grace = format_duration(report.options.grace)
+    out = []
+    for f in report.superseded:
+        size = f"{f.files} file(s), {_bytes(f.bytes)}"
+        if f.status == "young":
+            out.append(f"kept superseded folder {f.folder} ({f.dataset}): a file is younger than {grace}")
+        elif f.status in ("marked", "would mark"):
+            since = datetime.fromtimestamp(f.first_seen, tz=timezone.utc).isoformat(timespec="seconds")
+            out.append(f"{'marked' if f.status == 'marked' else 'would mark'} superseded folder {f.folder} "
+                       f"({f.dataset}): superseded since {since}, deletable {grace} later (readers of its old "
+                       "version may still read it)")
+        elif f.status == "claimed":
+            out.append(f"kept superseded folder {f.folder} ({f.dataset}): a table was created there meanwhile")
+        elif f.status == "would delete":
+            out.append(f"would delete superseded folder {f.folder} ({f.dataset}): {size}")
+        else:
+            out.append(f"deleted superseded folder {f.folder} ({f.dataset}): {f.files_removed} file(s), "
+                       f"{_bytes(f.bytes_removed)}" + (f"; {len(f.failed)} failed" if f.failed else ""))
+            out += [f"failed to delete: {p}" for p in f.failed]
     return out
 
 

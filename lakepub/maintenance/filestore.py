@@ -2,8 +2,10 @@
 
 A ``FileStore`` does two things: ``list(prefix)`` yields every file under a location with its size
 and modification time, and ``delete(paths)`` removes files (in batches where the backend has a
-batch call). Locations are compared in one normal form (``normalize``) so that ``file:/x``,
-``file:///x`` and ``/x`` are the same file, and so are ``s3://``, ``s3a://`` and ``s3n://``.
+batch call). For superseded table folders (``superseded``) it also lists the folders in a folder
+(``folders``), removes emptied folders (``prune``) and writes a marker file (``touch``).
+Locations are compared in one normal form (``normalize``) so that ``file:/x``, ``file:///x`` and
+``/x`` are the same file, and so are ``s3://``, ``s3a://`` and ``s3n://``.
 """
 
 from __future__ import annotations
@@ -80,6 +82,18 @@ class FileStore(Protocol):
         """Delete files; return the ones that could not be deleted (missing files count as deleted)."""
         ...
 
+    def folders(self, prefix: str) -> builtins.list[str]:
+        """The names of the folders directly inside the folder ``prefix`` (not recursive)."""
+        ...
+
+    def prune(self, prefix: str) -> None:
+        """Remove the empty folders left under ``prefix`` (and it, if empty); object stores have none."""
+        ...
+
+    def touch(self, path: str) -> None:
+        """Write an empty file at ``path`` (a marker; its modification time is what matters)."""
+        ...
+
 
 class LocalFileStore:
     """A local filesystem: ``os.walk`` and ``os.remove``; paths are returned as ``file://`` URIs."""
@@ -105,6 +119,25 @@ class LocalFileStore:
             except OSError:
                 failed.append(path)
         return failed
+
+    def folders(self, prefix: str) -> builtins.list[str]:
+        try:
+            with os.scandir(split_location(prefix).path) as entries:
+                return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+        except FileNotFoundError:
+            return []
+
+    def prune(self, prefix: str) -> None:
+        root = split_location(prefix).path
+        for folder, _dirs, _names in sorted(os.walk(root), key=lambda w: -len(w[0])):  # deepest first
+            try:
+                os.rmdir(folder)  # only succeeds when empty: a file written meanwhile keeps its folder
+            except OSError:
+                pass
+
+    def touch(self, path: str) -> None:
+        with open(split_location(path).path, "wb"):
+            pass
 
 
 class S3FileStore:
@@ -159,6 +192,22 @@ class S3FileStore:
                 )
                 failed += [f"s3://{bucket}/{err['Key']}" for err in response.get("Errors", [])]
         return failed
+
+    def folders(self, prefix: str) -> builtins.list[str]:
+        loc = split_location(prefix)
+        key_prefix = loc.path.lstrip("/").rstrip("/") + "/"
+        pages = self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=loc.authority, Prefix=key_prefix, Delimiter="/", PaginationConfig={"PageSize": self.page_size}
+        )
+        names = {p["Prefix"][len(key_prefix):].rstrip("/") for page in pages for p in page.get("CommonPrefixes", [])}
+        return sorted(n for n in names if n)
+
+    def prune(self, prefix: str) -> None:
+        return None  # an object store has no folders: deleting the last key removes the prefix
+
+    def touch(self, path: str) -> None:
+        loc = split_location(path)
+        self.client.put_object(Bucket=loc.authority, Key=loc.path.lstrip("/"), Body=b"")
 
 
 def _batches(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:

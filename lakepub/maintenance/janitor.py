@@ -15,6 +15,10 @@ the workspace plus the shared audit table):
    and orphans left by crashed or losing writers alike;
 4. re-load the metadata once more right before deleting and drop anything it now references.
 
+Then it deletes the *superseded table folders* of the same datasets: the folders an offline
+rebuild's pointer swap left referenced by nothing (``superseded``: only folders named after a
+dataset, not the location of any catalog table, every file older than the grace).
+
 Concurrent publishers are safe: their files are younger than the grace until their commit lands,
 and a commit landing between the listing and the deletion is caught by the re-load. Files that
 were not listed (written after step 1) are never considered. ``now`` is an argument, so tests
@@ -40,6 +44,7 @@ from lakepub.maintenance.expiry import (ExpiryConflict, ExpiryPlan, ancestry, ba
 from lakepub.maintenance.filestore import FileInfo, FileStore, filestore_for, normalize
 from lakepub.maintenance.orphans import check_listing, check_not_nested, classify
 from lakepub.maintenance.reachability import Progress, Reachability, live_partition_labels
+from lakepub.maintenance.superseded import SupersededFolder, sweep
 from lakepub.store.audit import AUDIT_TABLE
 from lakepub.store.layout import ledger_id, summary_id
 from lakepub.store.rejects import rejects_id
@@ -121,6 +126,7 @@ class JanitorReport:
     options: JanitorOptions
     tables: list[TableReport]
     retired: Any = None  # lakepub.lifecycle.hard_delete.HardDeleteReport: retired datasets hard-deleted
+    superseded: list[SupersededFolder] = field(default_factory=list)  # folders old rebuilds left behind
 
     def totals(self) -> dict[str, int]:
         """Sums over the tables (snapshots expired, files and bytes found and removed, young files)."""
@@ -138,6 +144,7 @@ class JanitorReport:
             "tables": [t.as_dict() for t in self.tables],
             "totals": self.totals(),
             "retired": self.retired.as_dict() if self.retired is not None else None,
+            "superseded_folders": [f.as_dict() for f in self.superseded],
         }
 
 
@@ -190,7 +197,11 @@ def run_janitor(ws: Workspace, datasets: Sequence[str] = (), options: JanitorOpt
     chosen = [t for t in targets(ws, datasets) if t.dataset not in gone or t.role != "published"]
     locations = table_locations(catalog, ws.config.namespace)
     prepared = [p for t in chosen if (p := _prepare(catalog, t, ws.config.catalog, cache, progress, locations))]
-    return JanitorReport(now, options, [clean_table(catalog, p, options, now) for p in prepared], retired)
+    tables = [clean_table(catalog, p, options, now) for p in prepared]
+    names = list(datasets) or [*ws.config.datasets, *ws.config.derived, *gone]
+    superseded = sweep(catalog, ws.config.namespace, names, ws.config.catalog, now=now, grace=options.grace,
+                       dry_run=options.dry_run, cache=cache)
+    return JanitorReport(now, options, tables, retired, superseded)
 
 
 def table_locations(catalog: Catalog, namespace: str) -> dict[str, str]:
