@@ -70,6 +70,9 @@ class TimedStore:
         self.delete_calls += 1
         return failed
 
+    def __getattr__(self, name: str):  # the rest of the FileStore protocol (folders, prune, touch), untimed
+        return getattr(self.inner, name)
+
 
 def publish_state(ws, stream_dir: Path, max_batch: int) -> int:
     run = ws.run(c.DATASET, max_batch=max_batch)
