@@ -153,8 +153,14 @@ def _filter(expr, labels: list[str], arrow: pa.DataType) -> str:
     labels = [label for label in labels if label != NULL_LABEL]
     if expr.kind == "identity":
         if labels:
-            values = ", ".join("'" + label.replace("'", "''") + "'" for label in labels)
-            terms.append(f"CAST({column} AS VARCHAR) IN ({values})")
+            # Compared as values of the column's type, not as strings: a label is Iceberg's human
+            # string (a float 0.1 is '0.10000000149011612'), not DuckDB's CAST(... AS VARCHAR) ('0.1').
+            from lakepub.projection.partitioning import iceberg_type
+            from lakepub.views import _duck_type
+
+            duck_type = _duck_type(iceberg_type(arrow)) or "VARCHAR"
+            values = ", ".join(f"CAST('{label.replace(chr(39), chr(39) * 2)}' AS {duck_type})" for label in labels)
+            terms.append(f"{column} IN ({values})")
         return "(" + " OR ".join(terms or ["FALSE"]) + ")"
     spans: list[list] = []
     for label in labels:  # consecutive partitions merge into one range
