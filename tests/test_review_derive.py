@@ -32,3 +32,43 @@ def test_identity_partitions_of_a_float_read_their_rows(ws_path: Path, cli):
     got = _rows(cli, "SELECT * FROM order_rates_copy ORDER BY 1")
     assert len(got) == 5 and got == _oracle(cli, RATES_COPY)
     assert all(p["pending_partitions"] == 0 for p in _plan(cli).values())
+
+
+def _foreign_append(ws_path: Path, name: str, rows: list[dict]) -> None:
+    """Another tool (a pyiceberg script) appends rows to a published table."""
+    import pyarrow as pa
+
+    from lakepub.store.layout import summary_id
+    from lakepub.workspace import Workspace
+
+    with Workspace.open(ws_path) as ws:
+        table = ws.catalog.load_table(summary_id(ws.config.namespace, name))
+        schema = table.schema().as_arrow()
+        table.append(pa.Table.from_pylist(rows, schema=schema))
+
+
+def test_a_foreign_write_to_an_input_is_not_taken_for_current(ws_path: Path, cli):
+    # The inputs' fingerprints come from lakepub's records only: rows another tool appended to
+    # orders_daily changed no fingerprint, so reconcile said nothing to do (exit 0) while the
+    # rollup no longer equalled its query over the published orders_daily.
+    import datetime
+
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, MONTHLY)
+    _ok(cli("reconcile"))
+    _foreign_append(ws_path, "orders_daily", [{"day": datetime.date(2025, 10, 9), "cents": 5000, "orders": 1}])
+    res = cli("reconcile")
+    assert res.code == 3 and "'orders_daily'" in res.err and "outside lakepub" in res.err, res.err
+    assert "rollback_to_snapshot" in res.err and "Traceback" not in res.err
+    assert "outside lakepub" in _plan(cli)["orders_monthly"]["blocked"]
+
+
+def test_a_foreign_write_to_a_derived_table_is_not_taken_for_current(ws_path: Path, cli):
+    import datetime
+
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, MONTHLY)
+    _ok(cli("reconcile"))
+    _foreign_append(ws_path, "orders_monthly", [{"month": datetime.date(2025, 10, 1), "cents": 1, "orders": 1}])
+    res = cli("reconcile")
+    assert res.code == 3 and "'orders_monthly'" in res.err and "outside lakepub" in res.err, res.err

@@ -34,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from lakepub.derive.state import (EMPTY_CHECKSUM, PARTITIONS_PROPERTY, PARTS_PROPERTY, WHOLE, WINDOW_PROPERTY, Context, fingerprint,
-                                  label_range, schema_mismatch)
+                                  foreign_change, label_range, schema_mismatch)
 from lakepub.errors import BlockedError, CommitContention
 
 MAX_ATTEMPTS = 12
@@ -68,6 +68,9 @@ def compute_window(ctx: Context, name: str, labels: list[str], window_id: str = 
     spec = ctx.graph.derived[name]
     for upstream in spec.inputs:
         ctx.forget(upstream)  # the inputs as published now: what is read is what is recorded
+        changed = foreign_change(ctx, upstream)  # rows no record vouches for: refused, as a publish does
+        if changed:
+            raise WindowRefused(f"{spec.path}: cannot compute {name}: {changed}; nothing was written")
     prints = {label: fingerprint(ctx, spec, label) for label in labels}
     rows = run_query(ctx, name, labels)
     parts, checksums = _partitions(ctx, name, rows, labels)
