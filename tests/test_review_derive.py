@@ -72,3 +72,23 @@ def test_a_foreign_write_to_a_derived_table_is_not_taken_for_current(ws_path: Pa
     _foreign_append(ws_path, "orders_monthly", [{"month": datetime.date(2025, 10, 1), "cents": 1, "orders": 1}])
     res = cli("reconcile")
     assert res.code == 3 and "'orders_monthly'" in res.err and "outside lakepub" in res.err, res.err
+
+
+def test_a_comment_in_the_query_does_not_change_the_data_version(ws_path: Path, cli):
+    # sqlglot keeps comments in the normalised SQL (and in the column lineage), so editing a
+    # comment gave the dataset (and its downstreams) a new data version: a whole offline rebuild.
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, MONTHLY)
+    _ok(cli("reconcile"))
+    before = _plan(cli)["orders_monthly"]
+    query = MONTHLY["projection"]["query"]
+    commented = {**MONTHLY, "projection": {**MONTHLY["projection"], "query": "-- monthly totals\n" + query.replace(
+        "sum(cents) AS cents", "sum(cents) /* in cents */ AS cents") + "  -- done\n"}}
+    _define(ws_path, commented)
+    after = _plan(cli)["orders_monthly"]
+    assert after["desired_version"] == before["desired_version"] and after["change"] == "untouched", after
+    # ... while a change inside a string literal is a change of meaning.
+    literal = {**MONTHLY, "projection": {**MONTHLY["projection"], "query": query.replace(
+        "'month'", "'month' ").replace("date_trunc(", "date_trunc(trim(").replace(", day)", "), day)")}}
+    _define(ws_path, literal)
+    assert _plan(cli)["orders_monthly"]["desired_version"] != before["desired_version"]

@@ -166,7 +166,11 @@ def check_query(query: str, inputs: set[str], path: Path) -> str:
         if table.name not in inputs:
             raise ConfigError(f"{path}: '{key}' reads '{table.name}', which is not listed under projection.inputs "
                               f"({', '.join(sorted(inputs))}): list it with the rows a partition reads (or all)")
-    return tree.sql(dialect="duckdb", normalize=True, pretty=False)
+    # Comments are not part of the meaning: sqlglot keeps them unless told not to.
+    return tree.sql(dialect="duckdb", normalize=True, pretty=False, comments=False)
+
+
+CHECK_FORMAT = "2"  # of check_query's normalised SQL (2: without comments); part of the cache key
 
 
 class QueryCache:
@@ -190,7 +194,7 @@ class QueryCache:
     def check(self, query: str, inputs: set[str], path: Path) -> str:
         import hashlib
 
-        key = hashlib.sha256("\0".join([query, *sorted(inputs)]).encode("utf-8")).hexdigest()
+        key = hashlib.sha256("\0".join([CHECK_FORMAT, query, *sorted(inputs)]).encode("utf-8")).hexdigest()
         if key not in self.entries:
             self.entries[key] = check_query(query, inputs, path)
             self.dirty = True

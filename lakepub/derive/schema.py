@@ -190,15 +190,15 @@ def column_lineage(spec: DerivedSpec, columns: dict[str, list[str]], outputs: li
             p = by_name.get(name.lower())
             if p is None:
                 return None
-            out[name] = (p.sql(dialect="duckdb", normalize=True), reads(p))
-        return Lineage(shape.sql(dialect="duckdb", normalize=True), reads(shape), out)
+            out[name] = (p.sql(dialect="duckdb", normalize=True, comments=False), reads(p))
+        return Lineage(shape.sql(dialect="duckdb", normalize=True, comments=False), reads(shape), out)
     except Exception:  # noqa: BLE001 - conservative: no lineage
         return None
 
 
 # --- the cache ----------------------------------------------------------------------------------
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: column lineage without SQL comments
 
 
 def _cache_key(graph: Graph) -> str:
