@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_derive import FIRST, MONTHLY, _define, _ok, _oracle, _plan, _publish, _rows
+from test_derive import FIRST, MONTHLY, _customer, _define, _ok, _oracle, _plan, _publish, _publish_to, _rows, shop  # noqa: F401
 
 RATES = {"name": "order_rates",  # only an `all` input: one window; a float identity partition
          "projection": {"kind": "sql", "inputs": {"orders_daily": "all"},
@@ -92,3 +92,26 @@ def test_a_comment_in_the_query_does_not_change_the_data_version(ws_path: Path, 
         "'month'", "'month' ").replace("date_trunc(", "date_trunc(trim(").replace(", day)", "), day)")}}
     _define(ws_path, literal)
     assert _plan(cli)["orders_monthly"]["desired_version"] != before["desired_version"]
+
+
+BY_COUNTRY_DIRECT = {"name": "customers_per_country",  # customers_current is partitioned by bucket(4, customer_id)
+                     "projection": {"kind": "sql", "inputs": {"customers_current": "identity(country)"},
+                                    "query": "SELECT country, count(*) AS n FROM customers_current GROUP BY country"},
+                     "partition": "identity(country)"}
+
+
+def test_the_null_partition_of_an_input_read_by_value(shop: Path, cli):
+    # Candidates of an input not partitioned by the expression's column come from SELECT DISTINCT,
+    # which dropped the null label: the customers without a country were never computed, and
+    # reconcile exited 0 with the null partition missing.
+    _define(shop, BY_COUNTRY_DIRECT)
+    _ok(cli("reconcile"))
+    query = f"SELECT * FROM ({BY_COUNTRY_DIRECT['projection']['query']}) ORDER BY 1 NULLS LAST"
+    got = _rows(cli, "SELECT * FROM customers_per_country ORDER BY 1 NULLS LAST")
+    assert got == _rows(cli, query) and got[-1]["country"] is None, got
+    assert _plan(cli)["customers_per_country"]["pending_partitions"] == 0
+    # The last customer without a country gets one: the null partition is recomputed empty.
+    _publish_to(cli, shop, "customers_current", "customers", [_customer("c3", "FR", version=2)], 3)
+    _ok(cli("reconcile"))
+    got = _rows(cli, "SELECT * FROM customers_per_country ORDER BY 1 NULLS LAST")
+    assert got == _rows(cli, query) and None not in {r["country"] for r in got}, got

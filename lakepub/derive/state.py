@@ -197,7 +197,7 @@ def _distinct_labels(ctx: Context, name: str, expr: PartitionBy) -> set[str]:
         rows = con.execute(f"SELECT DISTINCT {duck.name(expr.column)} FROM {source}").to_arrow_table()
     finally:
         con.close()
-    return {label for label in expr.labels(rows) if label != "null"}
+    return set(expr.labels(rows))  # "null" too: the rows whose column is null are a partition
 
 
 def fingerprint(ctx: Context, spec: DerivedSpec, label: str) -> str:
