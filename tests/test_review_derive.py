@@ -115,3 +115,54 @@ def test_the_null_partition_of_an_input_read_by_value(shop: Path, cli):
     _ok(cli("reconcile"))
     got = _rows(cli, "SELECT * FROM customers_per_country ORDER BY 1 NULLS LAST")
     assert got == _rows(cli, query) and None not in {r["country"] for r in got}, got
+
+
+def test_a_dataset_defined_after_the_janitor_expired_old_publishes(ws_path: Path, cli):
+    from test_derive import _order
+
+    _publish(cli, ws_path, FIRST)
+    _publish(cli, ws_path, [_order("F", 1, "2025-10-05", 1000)])  # rewrites 2025-10 only
+    _ok(cli("janitor", "--older-than", "0s", "--retain-last", "1"))
+    _define(ws_path, MONTHLY)
+    _ok(cli("reconcile"))
+    assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, MONTHLY)
+    assert _plan(cli)["orders_monthly"]["pending_partitions"] == 0
+
+
+def test_a_base_rebuild_swaps_in_only_the_table_it_audited(shop: Path, cli, monkeypatch):
+    # swap_table reloaded the rebuild table by name: a second 'lakepub rebuild' of the dataset
+    # that dropped and re-created it (its crashed-rebuild path) between the first one's audit and
+    # swap had its new, still empty table swapped in: an empty dataset published with exit 0.
+    import dataclasses
+
+    import pytest
+
+    from lakepub.derive.rebuild_base import rebuild_base
+    from lakepub.errors import CommitContention
+    from lakepub.ops.data_version import of_spec
+    from lakepub.store import commit
+    from lakepub.store.layout import summary_id
+    from lakepub.store.published import ensure_published
+    from lakepub.workspace import Workspace
+    from test_derive import MRR
+
+    _define(shop, {**MRR, "projection": {**MRR["projection"], "group_by": ["country"]}})
+    before = _rows(cli, "SELECT * FROM customers_mrr ORDER BY 1 NULLS LAST, 2")
+    real = commit.swap_table
+
+    def racing_swap(catalog, published, expected, rebuilt, **kw):
+        with Workspace.open(shop) as other:  # the other rebuild starts over: drops and re-creates
+            spec = other.config.datasets["customers_mrr"]
+            other.catalog.drop_table(rebuilt)
+            ensure_published(other.catalog, other.config.namespace, dataclasses.replace(
+                spec, name=rebuilt[-1]))
+        return real(catalog, published, expected, rebuilt, **kw)
+
+    monkeypatch.setattr(commit, "swap_table", racing_swap)
+    with Workspace.open(shop) as ws, pytest.raises(CommitContention):
+        rebuild_base(ws, "customers_mrr")
+    assert _rows(cli, "SELECT * FROM customers_mrr ORDER BY 1 NULLS LAST, 2") == before
+    monkeypatch.setattr(commit, "swap_table", real)
+    _ok(cli("rebuild", "customers_mrr"))
+    oracle = "SELECT country, count(*) AS n FROM customers_current GROUP BY 1 ORDER BY 1 NULLS LAST"
+    assert _rows(cli, "SELECT * FROM customers_mrr ORDER BY 1 NULLS LAST") == _rows(cli, oracle)

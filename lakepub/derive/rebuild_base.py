@@ -114,7 +114,8 @@ def rebuild_base(ws, name: str) -> BaseRebuild | None:
                                "written; the published table was not touched")
     try:
         location = swap_table(catalog, summary_id(ns, name), published.metadata_location, summary_id(ns, into),
-                              unchanged=((ledger_id(ns, spec.entity), ledger.metadata_location),))
+                              unchanged=((ledger_id(ns, spec.entity), ledger.metadata_location),),
+                              rebuilt_location=target.metadata_location)  # the table audited, no other
     except CommitConflict as exc:
         raise CommitContention(f"{name} or its entity's ledger moved while it was rebuilt ({exc}); nothing was "
                                f"swapped: run 'lakepub rebuild {name}' again") from exc
