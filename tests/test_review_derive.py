@@ -166,3 +166,26 @@ def test_a_base_rebuild_swaps_in_only_the_table_it_audited(shop: Path, cli, monk
     _ok(cli("rebuild", "customers_mrr"))
     oracle = "SELECT country, count(*) AS n FROM customers_current GROUP BY 1 ORDER BY 1 NULLS LAST"
     assert _rows(cli, "SELECT * FROM customers_mrr ORDER BY 1 NULLS LAST") == _rows(cli, oracle)
+
+
+IMPLICIT = {  # queries that read sales_daily.cents without naming it as a column
+    "sales_columns": "SELECT day, COLUMNS('^cents$') FROM sales_daily",
+    "sales_rows": "SELECT day, CAST(to_json(s) AS VARCHAR) AS row FROM sales_daily s",
+}
+
+
+def test_columns_read_implicitly_are_in_the_data_version(shop: Path, cli):
+    # columns_read saw only the columns sqlglot's references name: COLUMNS('^cents$') or a whole
+    # row (to_json(s)) read cents, yet a new version of sales_daily.cents left these datasets'
+    # data versions alone (no rebuild; their old version vouching for rows of another meaning).
+    from test_derive import SALES_DAILY
+
+    _define(shop, *[{"name": n, "projection": {"kind": "sql", "inputs": {"sales_daily": "month(day)"}, "query": q},
+                     "partition": "month(day)"} for n, q in IMPLICIT.items()])
+    before = _plan(cli)
+    _define(shop, {**SALES_DAILY, "projection": {**SALES_DAILY["projection"], "measures": {
+        **SALES_DAILY["projection"]["measures"], "cents": "count()"}}})
+    after = _plan(cli)
+    assert after["sales_totals"]["desired_version"] != before["sales_totals"]["desired_version"]  # names cents
+    for name in IMPLICIT:
+        assert after[name]["desired_version"] != before[name]["desired_version"], name
