@@ -189,3 +189,39 @@ def test_columns_read_implicitly_are_in_the_data_version(shop: Path, cli):
     assert after["sales_totals"]["desired_version"] != before["sales_totals"]["desired_version"]  # names cents
     for name in IMPLICIT:
         assert after[name]["desired_version"] != before[name]["desired_version"], name
+
+
+def test_a_merge_on_read_dataset_rebuilt_then_published(shop: Path, cli):
+    from test_derive import CUSTOMERS
+
+    mor = {**CUSTOMERS, "write_mode": "merge-on-read"}
+    _define(shop, mor)
+    _publish_to(cli, shop, "customers_current", "customers", [_customer("c1", "ES", version=2),
+                                                               _customer("c4", "IT")], 3)
+    _define(shop, {**mor, "partition": "bucket(8, customer_id)"})
+    _ok(cli("rebuild", "customers_current"))
+    _ok(cli("verify", "customers_current", "--deep"))
+    _publish_to(cli, shop, "customers_current", "customers", [_customer("c1", "PT", version=3),
+                                                               _customer("c2", "NL", version=2)], 5)
+    got = _rows(cli, "SELECT customer_id, country FROM customers_current ORDER BY 1")
+    assert got == [{"customer_id": "c1", "country": "PT"}, {"customer_id": "c2", "country": "NL"},
+                   {"customer_id": "c3", "country": None}, {"customer_id": "c4", "country": "IT"}], got
+    _ok(cli("verify", "customers_current", "--deep"))
+    _ok(cli("janitor", "--older-than", "0s", "--retain-last", "1"))
+    _publish_to(cli, shop, "customers_current", "customers", [_customer("c4", "FR", version=2)], 7)
+    assert _rows(cli, "SELECT country FROM customers_current WHERE customer_id = 'c4'") == [{"country": "FR"}]
+    _ok(cli("verify", "customers_current", "--deep"))
+
+
+def test_backfill_labels_of_another_grain_are_bad_input(ws_path: Path, cli):
+    # '--from 2025-09-15 --to 2025-10-31' on a monthly dataset compared labels as strings:
+    # 2025-09 < 2025-09-15, so September was silently left out (exit 0, one partition recomputed).
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, MONTHLY)
+    _ok(cli("reconcile"))
+    for first, last, option in (("2025-09-15", "2025-10", "--from"), ("2025-09", "2025-10-31", "--to"),
+                                ("2025/09", "2025-10", "--from"), ("2025-13", "2025-10", "--from")):
+        res = cli("backfill", "orders_monthly", "--from", first, "--to", last)
+        assert res.code == 2 and option in res.err and "month" in res.err and "Traceback" not in res.err, res.err
+    res = _ok(cli("backfill", "orders_monthly", "--from", "2025-09", "--to", "2025-10", "--format", "json"))
+    assert [w["partitions"] for w in res.json()["windows"]] == [["2025-09", "2025-10"]]

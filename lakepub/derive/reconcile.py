@@ -96,6 +96,8 @@ def backfill(ws, name: str, first: str, last: str, *, batching: Batching = Batch
     if plan.change == "breaking":
         raise WindowRefused(f"{name} has a new data version ({'; '.join(plan.reasons)}): a backfill recomputes "
                             "partitions under the published one; run 'lakepub reconcile' to move to the new one")
+    for option, label in (("--from", first), ("--to", last)):
+        _check_label(ctx.graph.derived[name].partition, name, option, label)
     if first > last:
         raise UserError(f"--from {first} is after --to {last}")
     windows = []
@@ -115,6 +117,29 @@ def backfill(ws, name: str, first: str, last: str, *, batching: Batching = Batch
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     return results
+
+
+_LABEL = {"day": (r"\d{4}-\d{2}-\d{2}", "2025-10-03"), "month": (r"\d{4}-\d{2}", "2025-10"),
+          "year": (r"\d{4}", "2025")}
+
+
+def _check_label(partition, name: str, option: str, label: str) -> None:
+    """A ``--from/--to`` label of a day/month/year partitioned dataset must be a label of that grain
+    (exit 2): labels compare as strings, so '2025-09-15' on a monthly dataset would skip 2025-09."""
+    import re
+
+    from lakepub.derive.state import label_range
+
+    if partition.kind not in _LABEL or label == "null":
+        return
+    pattern, example = _LABEL[partition.kind]
+    try:
+        if not re.fullmatch(pattern, label):
+            raise ValueError(label)
+        label_range(partition.kind, label)
+    except ValueError:
+        raise UserError(f"{option} {label}: {name} is partitioned by {partition}: give a {partition.kind} partition "
+                        f"label (e.g. {example})") from None
 
 
 def _run_windows(ctx: Context, name: str, windows: list[tuple[str, list[str]]], workers: int, pool,
