@@ -225,3 +225,21 @@ def test_backfill_labels_of_another_grain_are_bad_input(ws_path: Path, cli):
         assert res.code == 2 and option in res.err and "month" in res.err and "Traceback" not in res.err, res.err
     res = _ok(cli("backfill", "orders_monthly", "--from", "2025-09", "--to", "2025-10", "--format", "json"))
     assert [w["partitions"] for w in res.json()["windows"]] == [["2025-09", "2025-10"]]
+
+
+def test_a_cte_name_does_not_open_a_file_outside_its_scope(ws_path: Path, cli):
+    # check_query let through any table named like a CTE anywhere in the query; outside that
+    # CTE's scope DuckDB reads such a name as a file (a replacement scan): every Parquet file of
+    # orders_daily's folder, superseded ones included, not its published snapshot.
+    from test_derive import _order
+
+    _publish(cli, ws_path, FIRST)
+    _publish(cli, ws_path, [_order("B", 2, "2025-10-01", 1)])  # supersedes October's file
+    files = f"{ws_path}/.lakepub/warehouse/lakepub/orders_daily/data/**/*.parquet"
+    escape = {**MONTHLY, "projection": {**MONTHLY["projection"], "query": (
+        f"SELECT CAST(date_trunc('month', f.day) AS DATE) AS month, sum(f.cents) AS cents, "
+        f"sum(f.orders) AS orders FROM (WITH \"{files}\" AS (SELECT 1 AS x) SELECT x FROM \"{files}\") q, "
+        f"\"{files}\" f, orders_daily o WHERE o.day = f.day GROUP BY 1")}}
+    _define(ws_path, escape)
+    res = cli("reconcile")
+    assert res.code == 2 and "projection.query" in res.err and "Traceback" not in res.err, res.err + res.out
