@@ -243,3 +243,30 @@ def test_a_cte_name_does_not_open_a_file_outside_its_scope(ws_path: Path, cli):
     _define(ws_path, escape)
     res = cli("reconcile")
     assert res.code == 2 and "projection.query" in res.err and "Traceback" not in res.err, res.err + res.out
+
+
+def test_a_window_refused_in_a_worker_process_exits_3(ws_path: Path, cli, cli_process):
+    _publish(cli, ws_path, FIRST)
+    shifted = {**MONTHLY, "projection": {**MONTHLY["projection"], "query": MONTHLY["projection"]["query"].replace(
+        "CAST(date_trunc('month', day) AS DATE)", "CAST(date_trunc('month', day) + INTERVAL 1 MONTH AS DATE)")}}
+    _define(ws_path, shifted)
+    res = cli_process("reconcile", "--workers", "2", "--batch-partitions", "1")
+    assert res.code == 3 and "put rows in partition" in res.err and "Traceback" not in res.err, res.err
+
+
+def test_retired_datasets_are_not_rebuilt_or_backfilled(shop: Path, cli):
+    # rebuild_base swapped in a new table without the retirement record: a retired dataset came
+    # back in query views and listings (exit 0); backfill and --window wrote into a retired
+    # derived dataset, which reconcile and run skip.
+    from test_derive import MRR
+
+    _ok(cli("reconcile"))
+    _ok(cli("retire", "customers_mrr"))
+    _define(shop, {**MRR, "projection": {**MRR["projection"], "group_by": ["country"]}})
+    res = cli("rebuild", "customers_mrr")
+    assert res.code == 3 and "retired" in res.err and "restore" in res.err, res.err + res.out
+    _ok(cli("retire", "sales_totals"))
+    res = cli("backfill", "sales_totals", "--from", "2025-10", "--to", "2025-11")
+    assert res.code == 3 and "retired" in res.err, res.err + res.out
+    res = cli("reconcile", "sales_totals", "--window", "000000000000")
+    assert res.code == 3 and "retired" in res.err, res.err + res.out

@@ -72,6 +72,11 @@ def rebuild_base(ws, name: str) -> BaseRebuild | None:
     except NoSuchTableError:
         raise UserError(f"dataset '{name}' has no published table yet: 'lakepub run {name}' publishes it "
                         "under its definition") from None
+    from lakepub.lifecycle.retirement import check_not_retired
+
+    # The swap replaces the table's metadata, its retirement record with it: a retired dataset
+    # would come back in views and listings. Refused like 'run' (exit 3): restore it first.
+    check_not_retired(published, name, "rebuilding it")
     found = latest_published(published)
     if found is None:
         raise UserError(f"dataset '{name}' has no lakepub publish yet: 'lakepub run {name}' publishes it")

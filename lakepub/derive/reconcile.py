@@ -88,6 +88,7 @@ def backfill(ws, name: str, first: str, last: str, *, batching: Batching = Batch
     if name not in ctx.graph.derived:
         ws.config.dataset(name)
         raise UserError(f"dataset '{name}' is a base dataset: backfill recomputes derived datasets")
+    _retired(ctx, name, named=True)  # refused (exit 3), as reconcile refuses a retired dataset named
     plan = plan_dataset(ctx, name, batching)
     if on_plan:
         on_plan(plan)
@@ -175,6 +176,7 @@ def _one_window(ctx: Context, names: list[str], window: str, batching: Batching,
     if len(names) != 1:
         raise WindowRefused("--window needs exactly one DATASET: the one 'lakepub plan --format json' listed it under")
     name = names[0]
+    _retired(ctx, name, named=True)
     plan = plan_dataset(ctx, name, batching)
     if on_plan:
         on_plan(plan)
