@@ -270,3 +270,33 @@ def test_retired_datasets_are_not_rebuilt_or_backfilled(shop: Path, cli):
     assert res.code == 3 and "retired" in res.err, res.err + res.out
     res = cli("reconcile", "sales_totals", "--window", "000000000000")
     assert res.code == 3 and "retired" in res.err, res.err + res.out
+
+
+def test_a_window_under_an_old_data_version_is_not_written_into_a_swapped_table(ws_path: Path, cli):
+    # A long reconcile that loaded the old definition kept committing its windows after another
+    # one (the new definition) had rebuilt and swapped the table: old-version partitions landed in
+    # the new-version table (same columns), a mixed table with exit 0.
+    import pytest
+
+    from lakepub.derive.compute import WindowRefused
+    from lakepub.derive.reconcile import reconcile
+    from lakepub.derive.state import Batching
+    from lakepub.workspace import Workspace
+    from test_derive import _order
+
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, MONTHLY)
+    _ok(cli("reconcile"))
+    _publish(cli, ws_path, [_order("F", 1, "2025-10-05", 1000), _order("G", 1, "2025-11-05", 3)])
+    doubled = {**MONTHLY, "projection": {**MONTHLY["projection"], "query": MONTHLY["projection"]["query"].replace(
+        "sum(cents) AS cents", "sum(cents) * 2 AS cents")}}
+
+    def deploy(result) -> None:  # the new definition lands and is reconciled meanwhile
+        _define(ws_path, doubled)
+        _ok(cli("reconcile"))
+
+    with Workspace.open(ws_path) as ws, pytest.raises(WindowRefused) as refused:
+        reconcile(ws, ["orders_monthly"], batching=Batching(partitions=1), on_window=deploy)
+    assert "data version" in str(refused.value)
+    assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, doubled)
+    assert _plan(cli)["orders_monthly"]["pending_partitions"] == 0

@@ -87,7 +87,7 @@ def compute_window(ctx: Context, name: str, labels: list[str], window_id: str = 
     # schema and partition spec, checked on every attempt).
     files = submit_partitions(table, {v: r for v, r in parts.items() if r.num_rows})
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        mismatch = schema_mismatch(ctx, name, table)
+        mismatch = schema_mismatch(ctx, name, table) or _other_version(table, version.data_version)
         if mismatch:
             raise WindowRefused(f"{spec.path}: {mismatch}; nothing was written")
         snapshot_id = _try_commit(ctx, table, name, labels, parts, files, checksums, prints, version, window_id,
@@ -101,6 +101,20 @@ def compute_window(ctx: Context, name: str, labels: list[str], window_id: str = 
         table = ctx.table(target)
     raise CommitContention(f"gave up committing window {window_id or labels[0]} of {name} after {MAX_ATTEMPTS} "
                            "attempts: other writers kept moving the table; retry")
+
+
+def _other_version(table, data_version: str) -> str | None:
+    """Why a window of ``data_version`` cannot go into ``table``: its newest record is another
+    data version (a process with another definition rebuilt and swapped it meanwhile). A table
+    holds one data version; a new one is only ever built offline and swapped in whole."""
+    from lakepub.store.record import latest_record
+
+    record = latest_record(table) if table.metadata.current_snapshot_id is not None else None
+    if record is None or record.data_version in (None, data_version):
+        return None
+    return (f"{table.name()[-1]} is at data version {record.data_version[:19]}, this window's definition gives "
+            f"{data_version[:19]} (the definition changed while it ran): run 'lakepub reconcile' again with the "
+            "current definition")
 
 
 def run_query(ctx: Context, name: str, labels: list[str]) -> pa.Table:
