@@ -300,3 +300,32 @@ def test_a_window_under_an_old_data_version_is_not_written_into_a_swapped_table(
     assert "data version" in str(refused.value)
     assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, doubled)
     assert _plan(cli)["orders_monthly"]["pending_partitions"] == 0
+
+
+def test_a_rebuild_window_after_the_swap_does_not_recreate_the_rebuild_table(ws_path: Path, cli):
+    # A window planned into X__rebuild_<v> (a job runner's --window fan-out) that ran after
+    # another process swapped that rebuild in re-created X__rebuild_<v>: a stray table in the
+    # folder the published table now lives in (its files orphans to that table, for the janitor).
+    import pytest
+
+    from lakepub.derive.compute import WindowRefused, compute_window
+    from lakepub.derive.state import Context, plan_dataset
+    from lakepub.workspace import Workspace
+
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, MONTHLY)
+    _ok(cli("reconcile"))
+    changed = {**MONTHLY, "projection": {**MONTHLY["projection"], "query": MONTHLY["projection"]["query"].replace(
+        "sum(cents) AS cents", "sum(cents) * 2 AS cents")}}
+    _define(ws_path, changed)
+    with Workspace.open(ws_path) as ws:
+        ctx = Context(ws)
+        plan = plan_dataset(ctx, "orders_monthly")
+        assert plan.rebuild and plan.pending
+        _ok(cli("reconcile"))  # another process builds and swaps it in meanwhile
+        window = plan.pending[0]
+        with pytest.raises(WindowRefused):
+            compute_window(ctx, "orders_monthly", window.pending, window.id, into=plan.rebuild)
+    tables = [t["identifier"] for t in _ok(cli("tables", "--format", "json")).json()]
+    assert not any("__rebuild_" in t for t in tables), tables
+    assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, changed)

@@ -77,6 +77,8 @@ def compute_window(ctx: Context, name: str, labels: list[str], window_id: str = 
     version = ctx.versions[name]
     target = into or name
     ctx.forget(target)
+    if into is not None:
+        _check_rebuild_open(ctx, name, into, version.data_version)
     table = ensure_table(ctx, name, into)
     mismatch = schema_mismatch(ctx, name, table)
     if mismatch:
@@ -98,9 +100,31 @@ def compute_window(ctx: Context, name: str, labels: list[str], window_id: str = 
                                 time.perf_counter() - started)
         time.sleep(min(1.0, 0.02 * 2 ** attempt))
         ctx.forget(target)
+        if into is not None:
+            _check_rebuild_open(ctx, name, into, version.data_version)
         table = ctx.table(target)
+        if table is None:
+            raise WindowRefused(f"{target} was dropped while a window of {name} was computed; nothing was written: "
+                                "run 'lakepub reconcile' again")
     raise CommitContention(f"gave up committing window {window_id or labels[0]} of {name} after {MAX_ATTEMPTS} "
                            "attempts: other writers kept moving the table; retry")
+
+
+def _check_rebuild_open(ctx: Context, name: str, into: str, data_version: str) -> None:
+    """Refuse a window into rebuild table ``into`` once that rebuild was swapped in (by another
+    process: a job runner's window planned before the swap): the rebuild's catalog entry is gone
+    and re-creating it would put a stray table in the folder the published table now lives in."""
+    if ctx.table(into) is not None:
+        return
+    from lakepub.store.record import latest_record
+
+    ctx.forget(name)
+    published = ctx.table(name)
+    record = latest_record(published) if published is not None and published.metadata.current_snapshot_id \
+        is not None else None
+    if record is not None and record.data_version == data_version:
+        raise WindowRefused(f"the rebuild {into} of {name} was swapped in meanwhile (it is published at this data "
+                            "version); nothing was written: run 'lakepub plan' or 'lakepub reconcile' again")
 
 
 def _other_version(table, data_version: str) -> str | None:
