@@ -329,3 +329,21 @@ def test_a_rebuild_window_after_the_swap_does_not_recreate_the_rebuild_table(ws_
     tables = [t["identifier"] for t in _ok(cli("tables", "--format", "json")).json()]
     assert not any("__rebuild_" in t for t in tables), tables
     assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, changed)
+
+
+def test_window_ids_stay_stable_when_a_window_empties_a_partition(ws_path: Path, cli):
+    # A window that emptied a partition (its input rows deleted) took the label out of the plan,
+    # so every later window got another id and a job runner's remaining '--window ID' were
+    # refused (exit 3, 'not in the plan') though nothing had changed for them.
+    from test_derive import _order
+
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, MONTHLY)
+    _ok(cli("reconcile"))
+    _publish(cli, ws_path, [_order("E", 2, "2024-12-31", 9, deleted=True), _order("G", 1, "2025-11-09", 5)])
+    windows = _plan(cli, "--batch-partitions", "2")["orders_monthly"]["windows"]
+    assert [w["pending"] for w in windows] == [["2024-12"], ["2025-11"]], windows
+    for w in windows:  # a job runner fans them out
+        _ok(cli("reconcile", "orders_monthly", "--window", w["id"], "--batch-partitions", "2"))
+    assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, MONTHLY)
+    assert _plan(cli)["orders_monthly"]["pending_partitions"] == 0

@@ -279,7 +279,10 @@ def plan_dataset(ctx: Context, name: str, batching: Batching = Batching()) -> Da
         labels = [WHOLE]
         desired_fp = {WHOLE: fingerprint(ctx, spec, WHOLE)}
     else:
-        labels = sorted(candidates(ctx, spec) | {l for l, a in actual.items() if a.checksum != EMPTY_CHECKSUM})
+        # Every label the table recorded, emptied ones too: a window that empties a partition must
+        # not take its label out of the packing, or every later window's id would change under a
+        # job runner fanning them out.
+        labels = sorted(candidates(ctx, spec) | set(actual))
         desired_fp = {label: fingerprint(ctx, spec, label) for label in labels}
     # Lookback is for late data in routine runs: a rebuild computes every partition once anyway.
     lookback = set(sorted(desired_fp)[-spec.lookback:]) if spec.lookback and labels != [WHOLE] and not plan.rebuild \
