@@ -34,7 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from lakepub.derive.state import (EMPTY_CHECKSUM, PARTITIONS_PROPERTY, PARTS_PROPERTY, WHOLE, WINDOW_PROPERTY, Context, fingerprint,
-                                  label_range, schema_mismatch)
+                                  foreign_change, label_range, schema_mismatch)
 from lakepub.errors import BlockedError, CommitContention
 
 MAX_ATTEMPTS = 12
@@ -68,12 +68,17 @@ def compute_window(ctx: Context, name: str, labels: list[str], window_id: str = 
     spec = ctx.graph.derived[name]
     for upstream in spec.inputs:
         ctx.forget(upstream)  # the inputs as published now: what is read is what is recorded
+        changed = foreign_change(ctx, upstream)  # rows no record vouches for: refused, as a publish does
+        if changed:
+            raise WindowRefused(f"{spec.path}: cannot compute {name}: {changed}; nothing was written")
     prints = {label: fingerprint(ctx, spec, label) for label in labels}
     rows = run_query(ctx, name, labels)
     parts, checksums = _partitions(ctx, name, rows, labels)
     version = ctx.versions[name]
     target = into or name
     ctx.forget(target)
+    if into is not None:
+        _check_rebuild_open(ctx, name, into, version.data_version)
     table = ensure_table(ctx, name, into)
     mismatch = schema_mismatch(ctx, name, table)
     if mismatch:
@@ -84,7 +89,7 @@ def compute_window(ctx: Context, name: str, labels: list[str], window_id: str = 
     # schema and partition spec, checked on every attempt).
     files = submit_partitions(table, {v: r for v, r in parts.items() if r.num_rows})
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        mismatch = schema_mismatch(ctx, name, table)
+        mismatch = schema_mismatch(ctx, name, table) or _other_version(table, version.data_version)
         if mismatch:
             raise WindowRefused(f"{spec.path}: {mismatch}; nothing was written")
         snapshot_id = _try_commit(ctx, table, name, labels, parts, files, checksums, prints, version, window_id,
@@ -95,9 +100,45 @@ def compute_window(ctx: Context, name: str, labels: list[str], window_id: str = 
                                 time.perf_counter() - started)
         time.sleep(min(1.0, 0.02 * 2 ** attempt))
         ctx.forget(target)
+        if into is not None:
+            _check_rebuild_open(ctx, name, into, version.data_version)
         table = ctx.table(target)
+        if table is None:
+            raise WindowRefused(f"{target} was dropped while a window of {name} was computed; nothing was written: "
+                                "run 'lakepub reconcile' again")
     raise CommitContention(f"gave up committing window {window_id or labels[0]} of {name} after {MAX_ATTEMPTS} "
                            "attempts: other writers kept moving the table; retry")
+
+
+def _check_rebuild_open(ctx: Context, name: str, into: str, data_version: str) -> None:
+    """Refuse a window into rebuild table ``into`` once that rebuild was swapped in (by another
+    process: a job runner's window planned before the swap): the rebuild's catalog entry is gone
+    and re-creating it would put a stray table in the folder the published table now lives in."""
+    if ctx.table(into) is not None:
+        return
+    from lakepub.store.record import latest_record
+
+    ctx.forget(name)
+    published = ctx.table(name)
+    record = latest_record(published) if published is not None and published.metadata.current_snapshot_id \
+        is not None else None
+    if record is not None and record.data_version == data_version:
+        raise WindowRefused(f"the rebuild {into} of {name} was swapped in meanwhile (it is published at this data "
+                            "version); nothing was written: run 'lakepub plan' or 'lakepub reconcile' again")
+
+
+def _other_version(table, data_version: str) -> str | None:
+    """Why a window of ``data_version`` cannot go into ``table``: its newest record is another
+    data version (a process with another definition rebuilt and swapped it meanwhile). A table
+    holds one data version; a new one is only ever built offline and swapped in whole."""
+    from lakepub.store.record import latest_record
+
+    record = latest_record(table) if table.metadata.current_snapshot_id is not None else None
+    if record is None or record.data_version in (None, data_version):
+        return None
+    return (f"{table.name()[-1]} is at data version {record.data_version[:19]}, this window's definition gives "
+            f"{data_version[:19]} (the definition changed while it ran): run 'lakepub reconcile' again with the "
+            "current definition")
 
 
 def run_query(ctx: Context, name: str, labels: list[str]) -> pa.Table:
@@ -153,8 +194,14 @@ def _filter(expr, labels: list[str], arrow: pa.DataType) -> str:
     labels = [label for label in labels if label != NULL_LABEL]
     if expr.kind == "identity":
         if labels:
-            values = ", ".join("'" + label.replace("'", "''") + "'" for label in labels)
-            terms.append(f"CAST({column} AS VARCHAR) IN ({values})")
+            # Compared as values of the column's type, not as strings: a label is Iceberg's human
+            # string (a float 0.1 is '0.10000000149011612'), not DuckDB's CAST(... AS VARCHAR) ('0.1').
+            from lakepub.projection.partitioning import iceberg_type
+            from lakepub.views import _duck_type
+
+            duck_type = _duck_type(iceberg_type(arrow)) or "VARCHAR"
+            values = ", ".join(f"CAST('{label.replace(chr(39), chr(39) * 2)}' AS {duck_type})" for label in labels)
+            terms.append(f"{column} IN ({values})")
         return "(" + " OR ".join(terms or ["FALSE"]) + ")"
     spans: list[list] = []
     for label in labels:  # consecutive partitions merge into one range

@@ -20,7 +20,7 @@ the file and the key:
 
 - every input names a dataset of the workspace, and the graph of inputs has no cycle;
 - the query parses as DuckDB SQL (sqlglot), is one query, and reads only datasets listed under
-  ``inputs`` (its table references, CTE names aside; no table functions, no qualified names: a
+  ``inputs`` (its table references, CTE names aside within their scope; no table functions, no qualified names: a
   derived dataset reads nothing but its inputs' published snapshots);
 - an input expression is ``all`` or ``day|month|year|identity(col)`` with the same transform as
   the output ``partition`` (so an input value P is an output partition label P).
@@ -164,9 +164,36 @@ def check_query(query: str, inputs: set[str], path: Path) -> str:
         if table.name in ctes:
             continue
         if table.name not in inputs:
-            raise ConfigError(f"{path}: '{key}' reads '{table.name}', which is not listed under projection.inputs "
-                              f"({', '.join(sorted(inputs))}): list it with the rows a partition reads (or all)")
-    return tree.sql(dialect="duckdb", normalize=True, pretty=False)
+            _not_an_input(path, table.name, inputs)
+    # A CTE's name is a CTE only within its scope: elsewhere DuckDB reads that name as a file (a
+    # replacement scan, e.g. "dir/*.parquet"). sqlglot's scopes resolve CTE references; any other
+    # table source must be an input.
+    from sqlglot.optimizer.scope import traverse_scope
+
+    try:
+        scopes = list(traverse_scope(tree))
+    except Exception:  # noqa: BLE001 - scopes not understood: no table may share a CTE's name
+        scopes = None
+    if scopes is None:
+        for table in tree.find_all(exp.Table):
+            if table.name in ctes and table.name not in inputs:
+                raise ConfigError(f"{path}: '{key}' reads '{table.name}', a CTE's name that lakepub cannot place in "
+                                  "its scope: give the CTE another name")
+    else:
+        for scope in scopes:
+            for source in scope.sources.values():
+                if isinstance(source, exp.Table) and source.name not in inputs:
+                    _not_an_input(path, source.name, inputs)
+    # Comments are not part of the meaning: sqlglot keeps them unless told not to.
+    return tree.sql(dialect="duckdb", normalize=True, pretty=False, comments=False)
+
+
+CHECK_FORMAT = "3"  # of check_query (2: normalised SQL without comments; 3: CTE scopes); part of the cache key
+
+
+def _not_an_input(path: Path, name: str, inputs: set[str]) -> None:
+    raise ConfigError(f"{path}: 'projection.query' reads '{name}', which is not listed under projection.inputs "
+                      f"({', '.join(sorted(inputs))}): list it with the rows a partition reads (or all)")
 
 
 class QueryCache:
@@ -190,7 +217,7 @@ class QueryCache:
     def check(self, query: str, inputs: set[str], path: Path) -> str:
         import hashlib
 
-        key = hashlib.sha256("\0".join([query, *sorted(inputs)]).encode("utf-8")).hexdigest()
+        key = hashlib.sha256("\0".join([CHECK_FORMAT, query, *sorted(inputs)]).encode("utf-8")).hexdigest()
         if key not in self.entries:
             self.entries[key] = check_query(query, inputs, path)
             self.dirty = True

@@ -54,9 +54,11 @@ def finish(ctx: Context, name: str, into: str, expected: str, batching: Batching
         raise WindowRefused(f"the rebuild {into} of {name} is not complete ({sum(len(w.pending) for w in again.pending)} "
                             "partition(s) pending); run 'lakepub reconcile' again")
     audit(ctx, name, into)
+    audited = ctx.table(into).metadata_location  # swapped in only if no window committed since
     ns = ctx.ws.config.namespace
     try:
-        location = swap_table(ctx.ws.catalog, summary_id(ns, name), expected, summary_id(ns, into))
+        location = swap_table(ctx.ws.catalog, summary_id(ns, name), expected, summary_id(ns, into),
+                              rebuilt_location=audited)
     except CommitConflict as exc:
         raise CommitContention(f"{name} moved while its rebuild {into} was built ({exc}); the rebuild is kept: "
                                "run 'lakepub reconcile' again") from exc

@@ -72,6 +72,11 @@ def rebuild_base(ws, name: str) -> BaseRebuild | None:
     except NoSuchTableError:
         raise UserError(f"dataset '{name}' has no published table yet: 'lakepub run {name}' publishes it "
                         "under its definition") from None
+    from lakepub.lifecycle.retirement import check_not_retired
+
+    # The swap replaces the table's metadata, its retirement record with it: a retired dataset
+    # would come back in views and listings. Refused like 'run' (exit 3): restore it first.
+    check_not_retired(published, name, "rebuilding it")
     found = latest_published(published)
     if found is None:
         raise UserError(f"dataset '{name}' has no lakepub publish yet: 'lakepub run {name}' publishes it")
@@ -114,8 +119,23 @@ def rebuild_base(ws, name: str) -> BaseRebuild | None:
                                "written; the published table was not touched")
     try:
         location = swap_table(catalog, summary_id(ns, name), published.metadata_location, summary_id(ns, into),
-                              unchanged=((ledger_id(ns, spec.entity), ledger.metadata_location),))
+                              unchanged=((ledger_id(ns, spec.entity), ledger.metadata_location),),
+                              rebuilt_location=target.metadata_location)  # the table audited, no other
     except CommitConflict as exc:
+        _drop_if_ours(catalog, summary_id(ns, into), target.metadata_location)
         raise CommitContention(f"{name} or its entity's ledger moved while it was rebuilt ({exc}); nothing was "
                                f"swapped: run 'lakepub rebuild {name}' again") from exc
     return BaseRebuild(name, desired, current, len(rewrite.partitions), rows.num_rows, location)
+
+
+def _drop_if_ours(catalog, ident, location: str) -> None:
+    """Drop the rebuild table of a rebuild that lost its swap (nothing to resume: the next rebuild
+    starts over), unless another rebuild re-created it since: a table left behind would sit in the
+    folder the published table lives in once another rebuild of that version is swapped in."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        if catalog.load_table(ident).metadata_location == location:
+            catalog.drop_table(ident)
+    except NoSuchTableError:
+        pass

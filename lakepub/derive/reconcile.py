@@ -88,6 +88,7 @@ def backfill(ws, name: str, first: str, last: str, *, batching: Batching = Batch
     if name not in ctx.graph.derived:
         ws.config.dataset(name)
         raise UserError(f"dataset '{name}' is a base dataset: backfill recomputes derived datasets")
+    _retired(ctx, name, named=True)  # refused (exit 3), as reconcile refuses a retired dataset named
     plan = plan_dataset(ctx, name, batching)
     if on_plan:
         on_plan(plan)
@@ -96,6 +97,8 @@ def backfill(ws, name: str, first: str, last: str, *, batching: Batching = Batch
     if plan.change == "breaking":
         raise WindowRefused(f"{name} has a new data version ({'; '.join(plan.reasons)}): a backfill recomputes "
                             "partitions under the published one; run 'lakepub reconcile' to move to the new one")
+    for option, label in (("--from", first), ("--to", last)):
+        _check_label(ctx.graph.derived[name].partition, name, option, label)
     if first > last:
         raise UserError(f"--from {first} is after --to {last}")
     windows = []
@@ -115,6 +118,29 @@ def backfill(ws, name: str, first: str, last: str, *, batching: Batching = Batch
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
     return results
+
+
+_LABEL = {"day": (r"\d{4}-\d{2}-\d{2}", "2025-10-03"), "month": (r"\d{4}-\d{2}", "2025-10"),
+          "year": (r"\d{4}", "2025")}
+
+
+def _check_label(partition, name: str, option: str, label: str) -> None:
+    """A ``--from/--to`` label of a day/month/year partitioned dataset must be a label of that grain
+    (exit 2): labels compare as strings, so '2025-09-15' on a monthly dataset would skip 2025-09."""
+    import re
+
+    from lakepub.derive.state import label_range
+
+    if partition.kind not in _LABEL or label == "null":
+        return
+    pattern, example = _LABEL[partition.kind]
+    try:
+        if not re.fullmatch(pattern, label):
+            raise ValueError(label)
+        label_range(partition.kind, label)
+    except ValueError:
+        raise UserError(f"{option} {label}: {name} is partitioned by {partition}: give a {partition.kind} partition "
+                        f"label (e.g. {example})") from None
 
 
 def _run_windows(ctx: Context, name: str, windows: list[tuple[str, list[str]]], workers: int, pool,
@@ -150,6 +176,7 @@ def _one_window(ctx: Context, names: list[str], window: str, batching: Batching,
     if len(names) != 1:
         raise WindowRefused("--window needs exactly one DATASET: the one 'lakepub plan --format json' listed it under")
     name = names[0]
+    _retired(ctx, name, named=True)
     plan = plan_dataset(ctx, name, batching)
     if on_plan:
         on_plan(plan)

@@ -10,7 +10,8 @@ table (projections, filters, joins, grouping: all of them shape the result).
 
 Invariants: a query that does not bind over its inputs' columns, an output type lakepub cannot
 publish, or a ``partition:`` whose column is not an output column is an exit-2 error naming the
-file and key. Where sqlglot cannot qualify a query, every column of every input counts as read
+file and key. Where sqlglot cannot qualify a query, or it reads columns it does not name
+(``COLUMNS(...)``, ``struct_pack(*)``, a whole row ``to_json(t)``), every column of every input counts as read
 (conservative: more data-version changes, never fewer). Every input also "reads" its row set
 (the pseudo-column ``*``), whatever columns it reads.
 
@@ -129,7 +130,10 @@ def columns_read(spec: DerivedSpec, columns: dict[str, list[str]]) -> dict[str, 
 
     found: dict[str, set[str]] = {name: set() for name in spec.inputs}
     try:
-        tree = qualify(sqlglot.parse_one(spec.query, read="duckdb"), dialect="duckdb",
+        parsed = sqlglot.parse_one(spec.query, read="duckdb")
+        if _reads_implicitly(parsed, columns):
+            raise ValueError("columns read without being named")
+        tree = qualify(parsed, dialect="duckdb",
                        schema={name: {c: "VARCHAR" for c in cols} for name, cols in columns.items()})
         for scope in traverse_scope(tree):
             for column in scope.columns:
@@ -145,6 +149,24 @@ def columns_read(spec: DerivedSpec, columns: dict[str, list[str]]) -> dict[str, 
     except Exception:  # noqa: BLE001 - conservative: everything counts as read
         found = {name: set(columns[name]) for name in spec.inputs}
     return {name: (ROWS, *sorted(cols)) for name, cols in found.items()}
+
+
+def _reads_implicitly(tree, columns: dict[str, list[str]]) -> bool:
+    """Whether the query reads columns that no column reference names (so every column counts):
+    DuckDB's ``COLUMNS(...)``, a ``*`` inside an expression other than ``count(*)``
+    (``struct_pack(*)``), or a whole row by its table's name (``to_json(t)``)."""
+    from sqlglot import exp
+
+    columns_kind = getattr(exp, "Columns", None)
+    if columns_kind is not None and next(tree.find_all(columns_kind), None) is not None:
+        return True
+    for star in tree.find_all(exp.Star):
+        if not isinstance(star.parent, (exp.Select, exp.Column, exp.Count)):
+            return True
+    names = {c.lower() for cols in columns.values() for c in cols}
+    sources = {t.alias_or_name.lower() for t in tree.find_all(exp.Table)} | {n.lower() for n in columns}
+    return any(not c.table and c.name.lower() in sources and c.name.lower() not in names
+               for c in tree.find_all(exp.Column))
 
 
 def column_lineage(spec: DerivedSpec, columns: dict[str, list[str]], outputs: list[str]) -> Lineage | None:
@@ -190,15 +212,15 @@ def column_lineage(spec: DerivedSpec, columns: dict[str, list[str]], outputs: li
             p = by_name.get(name.lower())
             if p is None:
                 return None
-            out[name] = (p.sql(dialect="duckdb", normalize=True), reads(p))
-        return Lineage(shape.sql(dialect="duckdb", normalize=True), reads(shape), out)
+            out[name] = (p.sql(dialect="duckdb", normalize=True, comments=False), reads(p))
+        return Lineage(shape.sql(dialect="duckdb", normalize=True, comments=False), reads(shape), out)
     except Exception:  # noqa: BLE001 - conservative: no lineage
         return None
 
 
 # --- the cache ----------------------------------------------------------------------------------
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 3  # 2: column lineage without SQL comments; 3: columns read implicitly
 
 
 def _cache_key(graph: Graph) -> str:

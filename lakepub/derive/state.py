@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from datetime import date, timedelta
 from typing import Any
 
+import pyarrow as pa
+
 from lakepub.derive.model import DerivedSpec, Graph
 from lakepub.derive.schema import Resolved, resolve
 from lakepub.derive.version import Version, digest, versions
@@ -195,7 +197,7 @@ def _distinct_labels(ctx: Context, name: str, expr: PartitionBy) -> set[str]:
         rows = con.execute(f"SELECT DISTINCT {duck.name(expr.column)} FROM {source}").to_arrow_table()
     finally:
         con.close()
-    return {label for label in expr.labels(rows) if label != "null"}
+    return set(expr.labels(rows))  # "null" too: the rows whose column is null are a partition
 
 
 def fingerprint(ctx: Context, spec: DerivedSpec, label: str) -> str:
@@ -257,6 +259,10 @@ def plan_dataset(ctx: Context, name: str, batching: Batching = Batching()) -> Da
     if missing:
         plan.blocked = f"input {missing[0]} has no published snapshot yet"
         return plan
+    for changed in [*spec.inputs, name]:
+        plan.blocked = foreign_change(ctx, changed)
+        if plan.blocked:
+            return plan
     if change == "breaking" and table is not None and table.metadata.current_snapshot_id is not None:
         # A new data version is built offline beside the published table, then swapped in.
         from lakepub.derive.rebuild import rebuild_name
@@ -273,7 +279,10 @@ def plan_dataset(ctx: Context, name: str, batching: Batching = Batching()) -> Da
         labels = [WHOLE]
         desired_fp = {WHOLE: fingerprint(ctx, spec, WHOLE)}
     else:
-        labels = sorted(candidates(ctx, spec) | {l for l, a in actual.items() if a.checksum != EMPTY_CHECKSUM})
+        # Every label the table recorded, emptied ones too: a window that empties a partition must
+        # not take its label out of the packing, or every later window's id would change under a
+        # job runner fanning them out.
+        labels = sorted(candidates(ctx, spec) | set(actual))
         desired_fp = {label: fingerprint(ctx, spec, label) for label in labels}
     # Lookback is for late data in routine runs: a rebuild computes every partition once anyway.
     lookback = set(sorted(desired_fp)[-spec.lookback:]) if spec.lookback and labels != [WHOLE] and not plan.rebuild \
@@ -331,6 +340,41 @@ def _change(desired: Version, newest: dict[str, Any] | None) -> tuple[str, list[
         elif before[col] != desired.upstream[col]:
             reasons.append(f"upstream column {col} has a new version")
     return "breaking", reasons or ["data version changed"]
+
+
+def foreign_change(ctx: Context, name: str) -> str | None:
+    """Why dataset ``name``'s published table cannot be trusted (None if it can): its current
+    snapshot was written by another tool and its rows differ from the checksums lakepub recorded.
+
+    Fingerprints and the actual state come from lakepub's records only, so rows another tool
+    wrote would otherwise go unseen: a derived partition computed over them, or holding them,
+    would be taken for current. A foreign snapshot that keeps the data (an engine's compaction)
+    passes. Cost: nothing unless the head is foreign; then one read of the table."""
+    from lakepub.store.record import foreign_head
+
+    table = ctx.table(name)
+    head = foreign_head(table) if table is not None else None
+    if head is None:
+        return None
+    from lakepub.publish.guards import describe, partition_count_mismatches, partition_mismatches
+    from lakepub.store.record import latest_published, recorded_checksums
+
+    base = ctx.graph.base.get(name)
+    schema = base.kind.output_schema() if base is not None else ctx.resolved[name].schema
+    latest = latest_published(table)
+    try:
+        rows = table.scan().to_arrow().select(schema.names).cast(schema)
+        _, mismatches = partition_mismatches(recorded_checksums(table), rows, ctx.partition_of(name))
+        mismatches += partition_count_mismatches(latest, rows, ctx.partition_of(name))
+    except (KeyError, ValueError, TypeError, pa.ArrowException) as exc:
+        mismatches = [f"its rows no longer have the dataset's columns ({' '.join(str(exc).split())[:120]})"]
+    if not mismatches:
+        return None
+    restore = (f"roll {name} back to lakepub's snapshot {latest[0].snapshot_id} (pyiceberg: "
+               f"table.manage_snapshots().rollback_to_snapshot({latest[0].snapshot_id}).commit())"
+               if latest else f"remove the data written outside lakepub from {name}")
+    return (f"dataset '{name}': {describe(head)} and changed the published data ({len(mismatches)} mismatch(es); "
+            f"{mismatches[0]}); {restore}, then reconcile again")
 
 
 def schema_mismatch(ctx: Context, name: str, table) -> str | None:

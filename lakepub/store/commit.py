@@ -275,7 +275,7 @@ def _swap_pointers(catalog: SqlCatalog, staged: list[tuple[tuple[str, ...], str,
 
 
 def swap_table(catalog: Catalog, published: tuple[str, ...], expected: str, rebuilt: tuple[str, ...],
-               unchanged: tuple[tuple[tuple[str, ...], str], ...] = ()) -> str:
+               unchanged: tuple[tuple[tuple[str, ...], str], ...] = (), rebuilt_location: str | None = None) -> str:
     """The offline rebuild's pointer swap: in ONE database transaction, point ``published`` at
     ``rebuilt``'s current metadata file (only if ``published`` still points at ``expected``) and
     drop ``rebuilt``'s catalog entry (only if it did not move either). Readers of ``published``
@@ -283,13 +283,17 @@ def swap_table(catalog: Catalog, published: tuple[str, ...], expected: str, rebu
     table's files, under its own folder, become the published table's. Returns the new metadata
     location. ``unchanged``: (table, metadata location) pairs that must not have moved either (a
     base dataset's ledger: the rebuilt rows are its live states at the recorded positions).
+    ``rebuilt_location``: the rebuilt metadata the caller audited; the swap fails if ``rebuilt``
+    moved since (another rebuild re-created it, a late window committed to it), so what is swapped
+    in is what was audited. Without it, ``rebuilt``'s current metadata.
     CommitConflict if any pointer moved (nothing changed), OutcomeUnknown if the COMMIT was not
     confirmed.
     """
     from sqlalchemy import delete
 
     sql = require_atomic_commit(catalog)
-    rebuilt_location = catalog.load_table(rebuilt).metadata_location
+    if rebuilt_location is None:
+        rebuilt_location = catalog.load_table(rebuilt).metadata_location
     session = Session(sql.engine)
     try:
         try:
