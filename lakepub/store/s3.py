@@ -208,10 +208,13 @@ class _S3File(PyArrowFile):
             try:
                 path = self.disk.fetch(None, self.location, None, parquet_file,
                                        open_remote=lambda: PyArrowFile.open(self, seekable=False))
-                return pa.memory_map(str(path))
-            except FileNotFoundError:
+            except FileNotFoundError:  # the remote file is gone
                 raise
             except OSError:  # e.g. a cache folder that cannot be written: read from the store
+                return super().open(seekable)
+            try:
+                return pa.memory_map(str(path))
+            except OSError:  # evicted by another process (or thread) since fetch checked it
                 return super().open(seekable)
         if not immutable(self.location):
             return super().open(seekable)

@@ -53,3 +53,32 @@ def test_merge_on_read_deletes_are_folded_on_a_catalog_without_the_atomic_commit
     stream.publish(ws, "mor", stream.batch(10))
     _equal_to_oracle(ws, stream, "mor")
     assert ws.verify("mor", deep=True).ok
+
+
+def test_a_cached_parquet_file_evicted_before_it_is_mapped_is_read_from_the_store(s3_endpoint, tmp_path,
+                                                                                   monkeypatch):
+    """The cache folder is shared by every process of the workspace (and by the reader threads of
+    one): another one's eviction can delete a copy between ``fetch`` returning its path and the
+    reader mapping it. The read must then go to the store, not fail with FileNotFoundError (which
+    means "the remote file is gone")."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lakepub.store.cache import CACHE_FOLDER, FileCache
+    from lakepub.store.s3 import LakepubFileIO
+
+    io = LakepubFileIO({**s3_endpoint.s3_properties(), CACHE_FOLDER: str(tmp_path / "cache")})
+    location = f"s3://{s3_endpoint.bucket}/evicted/{uuid.uuid4().hex}.parquet"
+    rows = pa.table({"k": list(range(1000))})
+    with io.new_output(location).create() as out:
+        pq.write_table(rows, out)
+    real = FileCache.fetch
+
+    def fetch_then_evicted(self, *args, **kwargs) -> Path:
+        path = real(self, *args, **kwargs)
+        path.unlink()  # another process's eviction, right after the checks passed
+        return path
+
+    monkeypatch.setattr(FileCache, "fetch", fetch_then_evicted)
+    with io.new_input(location).open() as stream:
+        assert pq.read_table(stream).equals(rows)
