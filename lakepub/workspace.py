@@ -185,6 +185,13 @@ class Workspace:
         stops on SIGTERM this way: never within a batch's publish).
         """
         spec = self.dataset(dataset)
+        if spec.path is not None and not spec.path.exists():
+            # A long-lived Workspace (``run --follow``) holds the definitions it was opened with; the
+            # janitor's hard delete removes a retired dataset's YAML and then drops its tables, and
+            # a run past that would create them again and republish the landing folder.
+            raise ConfigError(f"{spec.path}: the definition of dataset '{dataset}' was deleted after this process "
+                              "loaded it (the janitor hard-deletes retired datasets); nothing was published. "
+                              f"Stop following it, or restore the file to publish '{dataset}' again")
         retired = _retirement(self._summary_table(dataset))
         if retired is not None:  # like a disabled dbt model: skipped, not an error (nothing is read)
             return RunResult(dataset, spec.source, "", skipped=f"{dataset} is retired since {retired}; skipped "
