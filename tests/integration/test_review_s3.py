@@ -82,3 +82,25 @@ def test_a_cached_parquet_file_evicted_before_it_is_mapped_is_read_from_the_stor
     monkeypatch.setattr(FileCache, "fetch", fetch_then_evicted)
     with io.new_input(location).open() as stream:
         assert pq.read_table(stream).equals(rows)
+
+
+def test_verify_sees_a_file_deleted_from_the_store_despite_the_disk_cache(s3_endpoint, make_workspace, tmp_path):
+    """The disk cache keeps copies of published files; ``verify`` answers for the table on the
+    store, which DuckDB reads: a data file deleted there must be reported, cache or not."""
+    from tests.integration.test_object_store import DATASET, _workspace
+
+    from lakepub.store.s3 import REMEMBERED
+
+    ws = _workspace(make_workspace, tmp_path, s3_endpoint, "gone", events=600)
+    ws.run(DATASET)
+    table = ws.catalog.load_table((ws.config.namespace, DATASET))
+    victim = next(iter(table.scan().plan_files())).file.file_path
+    assert ws.file_cache.path(victim).exists()  # written through the cache
+    s3_endpoint.client().delete_object(Bucket=s3_endpoint.bucket, Key=victim.split(f"{s3_endpoint.bucket}/", 1)[1])
+    REMEMBERED.clear()
+    try:
+        report = Workspace.open(ws.config.root).verify(DATASET, deep=True)
+        ok = report.ok
+    except Exception as exc:  # noqa: BLE001 - a refusal naming the file is fine too
+        ok, report = False, exc
+    assert not ok, "verify --deep passed on a table whose data file is gone from the store"
