@@ -252,13 +252,20 @@ _PREFETCH_MAX = 64  # manifests fetched ahead per manifest list (more are read o
 
 
 def _fetch_once(file: _S3File) -> bytes:
-    with _INFLIGHT_LOCK:
-        future = _INFLIGHT.get(file.location)
-        mine = future is None
+    for _ in range(2):
+        with _INFLIGHT_LOCK:
+            future = _INFLIGHT.get(file.location)
+            mine = future is None
+            if mine:
+                future = _INFLIGHT[file.location] = Future()
         if mine:
-            future = _INFLIGHT[file.location] = Future()
-    if not mine:
-        return future.result()
+            break
+        try:
+            return future.result()
+        except Exception:  # noqa: BLE001 - someone else's download (a prefetch) failed: fetch it ourselves
+            continue
+    else:
+        return file._download()
     try:
         data = file._download()
         future.set_result(data)

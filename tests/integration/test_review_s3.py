@@ -104,3 +104,38 @@ def test_verify_sees_a_file_deleted_from_the_store_despite_the_disk_cache(s3_end
     except Exception as exc:  # noqa: BLE001 - a refusal naming the file is fine too
         ok, report = False, exc
     assert not ok, "verify --deep passed on a table whose data file is gone from the store"
+
+
+def test_a_reader_joining_a_failed_prefetch_fetches_the_file_itself(s3_endpoint, monkeypatch):
+    """store/s3.py: "a prefetch that fails is retried (and reported) by the reader". A reader
+    that asks for a manifest while its prefetch is in flight waits for that download; when the
+    prefetch fails (a transient error) the reader must fetch it itself, not fail the publish."""
+    import threading
+
+    from lakepub.store import s3
+
+    io = s3.LakepubFileIO(s3_endpoint.s3_properties())
+    location = f"s3://{s3_endpoint.bucket}/prefetch/{uuid.uuid4().hex}-m0.avro"
+    with io.new_output(location).create() as out:
+        out.write(b"manifest bytes")
+    s3.REMEMBERED.clear()
+    started, release = threading.Event(), threading.Event()
+    real = s3._S3File._download
+    calls = []
+
+    def flaky(self):
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:  # the prefetch: slow, then a transient failure
+            started.set()
+            release.wait(10)
+            raise OSError("connection reset by peer")
+        return real(self)
+
+    monkeypatch.setattr(s3._S3File, "_download", flaky)
+    prefetch = threading.Thread(target=s3._quietly, args=(io.new_input(location),), name="prefetch")
+    prefetch.start()
+    assert started.wait(10)
+    threading.Timer(0.3, release.set).start()  # fails while the reader waits on it
+    with io.new_input(location).open() as stream:
+        assert stream.read() == b"manifest bytes"
+    prefetch.join(10)
