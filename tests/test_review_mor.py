@@ -39,3 +39,33 @@ def test_partial_folds_ledger_compaction_and_the_janitor_between_publishes(tmp_p
             run_janitor(Workspace.open(root), options=JanitorOptions(older_than_s=0, retain_last=1))
         _check(ws, stream, "cow", "mor", datafusion=False)
     _check(Workspace.open(root), stream, "cow", "mor")
+
+
+def test_merge_on_read_through_a_compatible_contract_evolution(ws_path: Path):
+    """A widened column and an added one (contract 1.0 -> 1.1) on a table holding delete files:
+    the evolving publish and the next ones equal the copy-on-write table, through every reader."""
+    from tests.test_evolution import ALL, CONTRACT, NEW, OLD, V1_1, _dataset as _evolved_dataset, _event
+
+    mor, cow = {**ALL, "name": "all_mor", "write_mode": "merge-on-read"}, {**ALL, "name": "all_cow"}
+    (ws_path / "catalog" / "contracts" / "customers@v1.0.yaml").write_text(CONTRACT)
+    for d in (mor, cow):
+        _evolved_dataset(ws_path, d, "contracts/customers@v1.0")
+    ws = Workspace.open(ws_path)
+    updates = [_event("c1", 2, "DE", "pro", 1100), _event("c3", 2, "US", "basic", 10, seats=None)]
+    ws.publish("all_mor", OLD, start={}, end={"p0": 3})
+    ws.publish("all_mor", updates, start={"p0": 3}, end={"p0": 5})
+    assert _delete_files(ws, "all_mor") > 0
+    (ws_path / "catalog" / "contracts" / "customers@v1.1.yaml").write_text(V1_1)
+    for d in (mor, cow):
+        _evolved_dataset(ws_path, d, "contracts/customers@v1.1")
+    ws = Workspace.open(ws_path)
+    ws.publish("all_mor", NEW, start={"p0": 5}, end={"p0": 7})
+    later = [_event("c4", 2, "US", "basic", 60, seats=4, referrer="mail"), _event("c1", 3, "FR", "pro", 5)]
+    ws.publish("all_mor", later, start={"p0": 7}, end={"p0": 9})
+    for reader in (Workspace.open(ws_path), ws):
+        rows = {n: sorted(map(repr, reader.query(f'SELECT * FROM "{n}"').to_pylist())) for n in ("all_mor", "all_cow")}
+        assert rows["all_mor"] == rows["all_cow"] and len(rows["all_cow"]) == 4
+        tables = {n: reader.catalog.load_table((reader.config.namespace, n)) for n in ("all_mor", "all_cow")}
+        scans = {n: sorted(map(repr, t.scan().to_arrow().to_pylist())) for n, t in tables.items()}
+        assert scans["all_mor"] == scans["all_cow"]
+        assert reader.verify("all_mor", deep=True).ok
