@@ -69,3 +69,16 @@ def test_run_follow_exits_2_once_its_retired_dataset_is_hard_deleted(ws_path: Pa
     assert proc.returncode == 2, out + err
     assert f"{DATASET}.yaml" in err and "Traceback" not in err
     assert not Workspace.open(ws_path).catalog.table_exists(("lakepub", DATASET))
+
+
+def test_a_long_lived_workspace_does_not_publish_into_a_hard_deleted_dataset(ws_path: Path):
+    from conftest import SEED_EVENTS
+
+    ws = Workspace.open(ws_path)
+    ws.publish(DATASET, SEED_EVENTS[:1], start={}, end={"p0": 1})
+    ws.retire(DATASET, grace="1s")
+    ws = Workspace.open(ws_path)  # opened while retired
+    hard_delete(Workspace.open(ws_path), now=time.time() + 3600)
+    with pytest.raises(ConfigError, match=f"{DATASET}.yaml"):
+        ws.publish(DATASET, SEED_EVENTS[:1], start={}, end={"p0": 1})
+    assert not ws.catalog.table_exists((ws.config.namespace, DATASET))
