@@ -82,3 +82,29 @@ def test_a_long_lived_workspace_does_not_publish_into_a_hard_deleted_dataset(ws_
     with pytest.raises(ConfigError, match=f"{DATASET}.yaml"):
         ws.publish(DATASET, SEED_EVENTS[:1], start={}, end={"p0": 1})
     assert not ws.catalog.table_exists((ws.config.namespace, DATASET))
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_run_follow_on_a_retired_dataset_says_it_is_skipped(ws_path: Path, fmt: str):
+    import json
+    import signal
+
+    ws = Workspace.open(ws_path)
+    (ws_path / "landing" / "orders").rmdir()
+    generate_stream(ws_path / "landing" / "orders", events=50, partitions=1, days=5, seed=7)
+    ws.run(DATASET)
+    ws.retire(DATASET, grace="7d")
+    proc = subprocess.Popen([sys.executable, "-m", "lakepub.cli", "-w", str(ws_path), "run", DATASET, "--follow",
+                             "--interval", "1s", "--format", fmt], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        time.sleep(3.5)  # three cycles or so
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    if fmt == "json":
+        cycles = [json.loads(line) for line in out.splitlines() if '"skipped"' in line and "stopped" not in line]
+        assert len(cycles) == 1 and "retired" in cycles[0]["skipped"], out
+    else:
+        assert out.count("skipped:") == 1 and "is retired since" in out, out
