@@ -69,3 +69,37 @@ def test_merge_on_read_through_a_compatible_contract_evolution(ws_path: Path):
         scans = {n: sorted(map(repr, t.scan().to_arrow().to_pylist())) for n, t in tables.items()}
         assert scans["all_mor"] == scans["all_cow"]
         assert reader.verify("all_mor", deep=True).ok
+
+
+def test_two_publishers_of_the_same_batches_race_on_a_merge_on_read_table(tmp_path: Path):
+    """A follower and an overlapping cron run publish the same batches: every batch lands once
+    (the loser of each race finds it already published), and the table equals the oracle."""
+    import threading
+
+    root = tmp_path / "ws"
+    _workspace(root, _dataset("mor", "merge-on-read"), _dataset("cow", None))
+    stream = Stream(31, keys=60)
+    batches = [stream.batch(n) for n in (40, 15, 15, 15, 15, 15, 15, 15)]
+    statuses: list[str] = []
+    errors: list[BaseException] = []
+
+    def publisher() -> None:
+        try:
+            ws, position = Workspace.open(root), 0
+            for events in batches:
+                result = ws.publish("mor", events, start={"p0": position} if position else {},
+                                    end={"p0": position + len(events)})
+                statuses.append(result.status)
+                position += len(events)
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=publisher) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert statuses.count("published") == len(batches), statuses
+    stream.position = sum(len(b) for b in batches)
+    _check(Workspace.open(root), stream, "mor", "cow")
