@@ -166,6 +166,7 @@ class Workspace:
         end_v = positions.parse_vector(end, "end")
         covered = positions.check_range(start_v, end_v)
         table = _events_table(events, spec.contract)  # read and validated before anything touches the catalog
+        _refuse_deleted_definition(spec, dataset)
         _refuse_retired(self._summary_table(dataset), dataset, "publishing into it")
         if isinstance(events, (str, Path)) and table.num_rows != covered:
             name = "<stdin>" if str(events) == "-" else str(events)
@@ -185,6 +186,7 @@ class Workspace:
         stops on SIGTERM this way: never within a batch's publish).
         """
         spec = self.dataset(dataset)
+        _refuse_deleted_definition(spec, dataset)
         retired = _retirement(self._summary_table(dataset))
         if retired is not None:  # like a disabled dbt model: skipped, not an error (nothing is read)
             return RunResult(dataset, spec.source, "", skipped=f"{dataset} is retired since {retired}; skipped "
@@ -431,6 +433,16 @@ def _retirement(table) -> str | None:
 
     found = retirement_of(table)
     return iso(found.at_ms) if found is not None else None
+
+
+def _refuse_deleted_definition(spec, dataset: str) -> None:
+    """A long-lived Workspace (``run --follow``, an embedding service) holds the definitions it was
+    opened with; the janitor's hard delete removes a retired dataset's YAML, then drops its tables,
+    and a publish past that would create them again (a run: republishing the landing folder)."""
+    if spec.path is not None and not spec.path.exists():
+        raise ConfigError(f"{spec.path}: the definition of dataset '{dataset}' was deleted after this process "
+                          "loaded it (the janitor hard-deletes retired datasets); nothing was published. "
+                          f"Stop following it, or restore the file to publish '{dataset}' again")
 
 
 def _refuse_retired(table, dataset: str, doing: str) -> None:

@@ -10,7 +10,8 @@ rewritten with the others of its partition once the partition holds more than on
 
 It commits like a publish: ONE snapshot (``store/deletes.stage_row_delta``) carrying the newest
 lakepub record of the table (same positions, same data: ``checksums`` empty, as a ledger
-compaction's), compare-and-set on the table's metadata location. A publish that commits first
+compaction's), compare-and-set on the table's metadata location (the atomic commit on a SQL
+catalog, the catalog's own single-table commit under ``commit: ordered``, e.g. Glue). A publish that commits first
 makes the fold start again from the new snapshot; a fold that commits first makes the publish
 reload the table and locate its rows again (its rebase, as after any concurrent commit).
 
@@ -37,7 +38,7 @@ from pyiceberg.table import FileScanTask
 from lakepub.errors import CommitContention, UserError
 from lakepub.identity import fingerprint
 from lakepub.publish.published_state import value_of
-from lakepub.store.commit import CommitConflict, TableChange, commit_atomically
+from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode
 from lakepub.store.deletes import deleted_positions, stage_row_delta
 from lakepub.store.record import Counts
 from lakepub.store.write import submit_partitions, transaction
@@ -126,7 +127,12 @@ def fold_deletes(ws: Workspace, dataset: str, *, threshold: float = DEFAULT_THRE
         stage_row_delta(tx, table, add_data=new_files, remove_data=[t.file for t in chosen], remove_deletes=dropped,
                         snapshot_properties=record.to_properties())
         try:
-            commit_atomically(ws.catalog, [TableChange(table, tx)])
+            # One table: the catalog's own compare-and-set is enough, so a catalog without the
+            # atomic multi-table commit (Glue, REST: the ordered mode) folds too.
+            if commit_mode(ws.catalog, ws.config.commit) == "atomic":
+                commit_atomically(ws.catalog, [TableChange(table, tx)])
+            else:
+                commit_in_order(ws.catalog, [TableChange(table, tx)])
         except CommitConflict:
             time.sleep(0.02 * 2 ** min(attempt, 6))
             continue

@@ -36,11 +36,20 @@ def run_follow(ws: Any, dataset: str, *, landing: Path | None, max_batch: int, i
         sys.stdout.flush()
         last = now
 
+    skipped: str | None = None
+
     def on_cycle(result: Any) -> None:
-        nonlocal last
+        nonlocal last, skipped
         last = time.perf_counter()
-        if fmt == "json" and result.batches:
+        # A retired dataset is skipped every cycle: said once (and again after a restore and a
+        # new retirement), not never, or a follower would sit silent with nothing published.
+        changed = result.skipped != skipped
+        skipped = result.skipped
+        if fmt == "json" and (result.batches or (changed and skipped)):
             click.echo(output.to_json(result.as_dict()).replace("\n", " "))
+            sys.stdout.flush()
+        elif fmt != "json" and changed and skipped:
+            click.echo(f"skipped: {skipped}; still following")
             sys.stdout.flush()
 
     if fmt != "json":

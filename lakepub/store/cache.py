@@ -22,7 +22,8 @@ The invariants:
   flipped bit inside a file of the right size and ends is not detected: the cache trusts the
   disk as the local warehouse does.)
 * **bounded**: the least recently used files beyond the size limit are deleted (a file is
-  touched on each use; the file just added is kept), on a process's first addition and whenever
+  touched on each use; the file just added is kept, and so are the other runs of the lookup
+  fetching it: the runs one ledger snapshot needs may exceed the limit together), on a process's first addition and whenever
   its running total of the folder crosses the limit (a walk of the folder per publish would cost
   more than the publish; other processes' additions are seen at the next walk).
 """
@@ -92,11 +93,13 @@ class FileCache:
         return self.folder / parts.scheme / parts.netloc / key
 
     def fetch(self, io: FileIO | None, location: str, size: int | None = None,
-              check: Callable[[Path], bool] | None = None, open_remote: Callable[[], Any] | None = None) -> Path:
+              check: Callable[[Path], bool] | None = None, open_remote: Callable[[], Any] | None = None,
+              keep: frozenset[Path] = frozenset()) -> Path:
         """The local copy of ``location``: the cached one if it passes the checks (``size``, when
         known, and ``check``), else downloaded anew (atomically) with ``io`` (or ``open_remote()``,
         a readable stream). Raises OSError if the remote file cannot be read (FileNotFoundError if
-        it is gone) or the download has the wrong size."""
+        it is gone) or the download has the wrong size. ``keep``: other copies the caller is about
+        to use (the runs of one lookup), never evicted by this download."""
         path = self.path(location)
         if self._valid(path, size, check):
             _touch(path)
@@ -118,7 +121,7 @@ class FileCache:
             os.replace(tmp, path)  # the final name appears only with the whole file
         finally:
             tmp.unlink(missing_ok=True)
-        self.added(written, keep={path})
+        self.added(written, keep={path, *keep})
         return path
 
     def put(self, io: FileIO, location: str, local: Path) -> int:
@@ -260,7 +263,10 @@ class CachedKeyIndex(KeyIndex):
         if self.io is None:
             raise OSError("the key index has no FileIO bound")
         io = self.io
-        futures = [_POOL.submit(self.cache.fetch, io, self.location(run), run.size, arrow_file)
+        # All of them are about to be mapped: fetching one must not evict another (runs larger
+        # than the cache limit together would otherwise never be usable, and lose the index).
+        keep = frozenset(self.cache.path(self.location(run)) for run in runs)
+        futures = [_POOL.submit(self.cache.fetch, io, self.location(run), run.size, arrow_file, None, keep)
                    for run in runs]
         for future in futures:
             future.result()

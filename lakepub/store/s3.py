@@ -208,10 +208,13 @@ class _S3File(PyArrowFile):
             try:
                 path = self.disk.fetch(None, self.location, None, parquet_file,
                                        open_remote=lambda: PyArrowFile.open(self, seekable=False))
-                return pa.memory_map(str(path))
-            except FileNotFoundError:
+            except FileNotFoundError:  # the remote file is gone
                 raise
             except OSError:  # e.g. a cache folder that cannot be written: read from the store
+                return super().open(seekable)
+            try:
+                return pa.memory_map(str(path))
+            except OSError:  # evicted by another process (or thread) since fetch checked it
                 return super().open(seekable)
         if not immutable(self.location):
             return super().open(seekable)
@@ -249,13 +252,20 @@ _PREFETCH_MAX = 64  # manifests fetched ahead per manifest list (more are read o
 
 
 def _fetch_once(file: _S3File) -> bytes:
-    with _INFLIGHT_LOCK:
-        future = _INFLIGHT.get(file.location)
-        mine = future is None
+    for _ in range(2):
+        with _INFLIGHT_LOCK:
+            future = _INFLIGHT.get(file.location)
+            mine = future is None
+            if mine:
+                future = _INFLIGHT[file.location] = Future()
         if mine:
-            future = _INFLIGHT[file.location] = Future()
-    if not mine:
-        return future.result()
+            break
+        try:
+            return future.result()
+        except Exception:  # noqa: BLE001 - someone else's download (a prefetch) failed: fetch it ourselves
+            continue
+    else:
+        return file._download()
     try:
         data = file._download()
         future.set_result(data)
