@@ -52,7 +52,6 @@ from lakepub.publish.datasets import DatasetWriter, Rewrite
 from lakepub.publish.guards import check_contract
 from lakepub.publish.ledger_append import ledger_rows, stage_ledger
 from lakepub.publish.lookup import LedgerLookup
-from lakepub.store.cache import FileCache
 from lakepub.publish.rebase import ledger_files_added_since, touches_entities
 from lakepub.publish.states import live_states
 from lakepub.publish.versioning import BatchSide, Change, Shape, prepare_batch, project
@@ -65,6 +64,8 @@ from lakepub.store.record import COMMIT_ATTEMPTS, PUBLISH_STARTED, Counts, Publi
 
 if TYPE_CHECKING:  # a publish on the key-index path never opens DuckDB: imported on use
     import duckdb
+
+    from lakepub.store.cache import FileCache
 
 Latest = tuple  # (Snapshot, PublishRecord) of a dataset's newest record, or None
 
