@@ -1,4 +1,4 @@
-"""What the publish that applies a contract evolution costs (not part of run_all).
+"""What the publish that applies a contract evolution costs (run_all: in --quick or --all).
 
 A customers entity with an aggregate (MRR per country and plan) and a current-state table with
 the default column list (bucket(``--buckets``, customer_id)), ``--customers`` live customers published in

@@ -1,5 +1,5 @@
 """Micro-benchmark of ``lakepub state`` / ``wait``'s poll, ``retire``/``restore`` and what the
-retirement check adds to ``run`` (not part of run_all).
+retirement check adds to ``run`` (run_all runs it in --quick or --all).
 
     python scripts/bench/lifecycle.py [--quick] [--events N] [--batch N] [--repeat N] [--json PATH]
 
