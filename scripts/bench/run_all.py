@@ -11,7 +11,8 @@ with ``--all``, or when named in ``--only``: their full modes are long (object_s
 orders of history on a moto S3; merge_on_read runs its 1M-event figures, here with
 ``--skip-upsert``: pyiceberg's composite-key upsert would take hours at that size).
 ``--out`` keeps each benchmark's text and JSON report (and the throughput run's pyinstrument call
-tree, if pyinstrument is installed); streams are generated once into ``--cache`` (default: ``<out>/streams``) and shared between the benchmarks.
+tree, if pyinstrument is installed); streams are generated once into ``--cache`` (default:
+``<out>/streams``) and shared between the benchmarks.
 """
 
 from __future__ import annotations
