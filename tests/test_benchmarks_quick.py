@@ -1,7 +1,9 @@
 """Every benchmark of scripts/bench runs in its --quick mode: it completes and prints its figures.
 
 Not a timing test: figures are not compared with anything, only required to be there. The S3 part
-of the janitor benchmark starts its own moto server on a loopback port.
+of the janitor benchmark and the object_store benchmark start their own moto server on a loopback
+port. A second test keeps this list, run_all.py's and the scripts that build a report in step, so a
+new benchmark cannot break silently because nothing runs it.
 """
 
 from __future__ import annotations
@@ -13,7 +15,21 @@ import time
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench"
-BENCHMARKS = ["throughput", "wide", "history", "overhead", "reads", "janitor", "memory", "startup"]
+BENCHMARKS = ["throughput", "wide", "history", "overhead", "reads", "janitor", "memory", "startup",
+              "derive", "lifecycle", "evolution", "merge_on_read", "object_store", "superseded", "logs"]
+NOT_RUN = {"compare_runs": "needs a second checkout (--before DIR)"}
+
+
+def test_every_report_building_benchmark_is_run_here_and_by_run_all():
+    builds_report = sorted(path.stem for path in BENCH.glob("*.py")
+                           if path.stem not in NOT_RUN and "c.Report(" in path.read_text())
+    assert sorted(BENCHMARKS) == builds_report
+    sys.path.insert(0, str(BENCH))
+    try:
+        import run_all
+    finally:
+        sys.path.remove(str(BENCH))
+    assert sorted(run_all.BENCHMARKS + run_all.FEATURE_BENCHMARKS) == sorted(BENCHMARKS)
 
 
 def test_every_benchmark_runs_in_quick_mode(tmp_path):

@@ -12,21 +12,22 @@ One workspace with a current-state base dataset ``facts`` (ROWS live entities ov
 3. a routine ``reconcile`` that finds nothing to do, with DATASETS derived datasets defined
    (each a monthly count over ``facts``), in process (Python API) and as a new process.
 
-    PYTHONPATH=. python scripts/bench/derive.py [--rows N] [--datasets N] [--batch N]
+    PYTHONPATH=. python scripts/bench/derive.py [--quick] [--rows N] [--datasets N] [--batch N] [--json PATH]
+
+``--quick`` (CI): 10,000 rows and 5 derived datasets (same 365-partition rollup).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pyarrow as pa
 import yaml
+
+import common as c
 
 CONTRACT = """
 name: facts
@@ -42,18 +43,23 @@ DAILY = {"name": "facts_daily", "projection": {"kind": "sql", "inputs": {"facts"
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rows", type=int, default=1_000_000)
-    p.add_argument("--datasets", type=int, default=100)
+    p = c.parser(__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, help="live entities of facts (default 1,000,000; --quick 10,000)")
+    p.add_argument("--datasets", type=int, help="derived datasets of the no-op run (default 100; --quick 5)")
     p.add_argument("--batch", type=int, default=31, help="partitions per window")
     args = p.parse_args()
+    args.rows = args.rows or (10_000 if args.quick else 1_000_000)
+    args.datasets = args.datasets if args.datasets is not None else (5 if args.quick else 100)
+    r = c.Report("derive", "derived rollup: reconcile vs DuckDB COPY, workers, a no-op reconcile", args.quick,
+                 params={"rows": args.rows, "datasets": args.datasets, "batch_partitions": args.batch,
+                         "rollup_partitions": 365})
     from lakepub.derive.reconcile import reconcile
     from lakepub.derive.state import Batching
     from lakepub.init import init_workspace
     from lakepub.store.layout import summary_id
     from lakepub.workspace import Workspace
 
-    with tempfile.TemporaryDirectory(prefix="lakepub-derive-") as tmp:
+    with c.scratch(args, "derive") as tmp:
         root = Path(tmp) / "ws"
         init_workspace(root)
         (root / "catalog" / "contracts" / "facts@v1.0.yaml").write_text(CONTRACT)
@@ -69,7 +75,7 @@ def main() -> None:
         t = time.perf_counter()
         with Workspace.open(root) as ws:
             ws.publish("facts", events, start={"p0": 0}, end={"p0": n})
-        print(f"published {n} rows into facts: {time.perf_counter() - t:.1f} s")
+        c.log(f"published {n} rows into facts: {time.perf_counter() - t:.1f} s")
         figures = {}
         for workers in (1, 2):
             with Workspace.open(root) as ws:
@@ -106,9 +112,22 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "lakepub.cli", "-w", str(root), "reconcile"], check=True,
                        capture_output=True)
         figures["noop_process_s"] = time.perf_counter() - t
-        figures["reconcile_vs_copy"] = figures["reconcile_workers_1_s"] / figures["duckdb_copy_s"]
-        figures["workers_2_speedup"] = figures["reconcile_workers_1_s"] / figures["reconcile_workers_2_s"]
-        print(json.dumps({k: round(v, 3) for k, v in figures.items()}, indent=1))
+    f = figures
+    r.section(f"reconcile of the 365-partition daily rollup over {args.rows:,} rows (windows of {args.batch})")
+    r.figure("reconcile_workers_1_s", f["reconcile_workers_1_s"], "reconcile, 1 worker", "s",
+             f"{f['commit_attempts_workers_1']} commit attempts, windows {f['window_seconds_workers_1']:.2f} s")
+    r.figure("reconcile_workers_2_s", f["reconcile_workers_2_s"], "reconcile, 2 workers", "s",
+             f"{f['commit_attempts_workers_2']} commit attempts, windows {f['window_seconds_workers_2']:.2f} s")
+    for key in ("commit_attempts_workers_1", "window_seconds_workers_1", "commit_attempts_workers_2",
+                "window_seconds_workers_2"):
+        r.figures[key] = f[key]
+    r.figure("duckdb_copy_s", f["duckdb_copy_s"], "DuckDB COPY ... PARTITION_BY (day), same SQL", "s")
+    r.ratio("reconcile_vs_copy", f["reconcile_workers_1_s"], f["duckdb_copy_s"], "reconcile / DuckDB COPY")
+    r.ratio("workers_2_speedup", f["reconcile_workers_1_s"], f["reconcile_workers_2_s"], "1 worker / 2 workers")
+    r.section(f"a reconcile with nothing to do, {args.datasets} derived datasets defined")
+    r.figure("noop_in_process_s", f["noop_in_process_s"], "in process (Workspace API)", "s")
+    r.figure("noop_process_s", f["noop_process_s"], "as a new `lakepub reconcile` process", "s")
+    r.emit(args)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""What the publish that applies a contract evolution costs (not part of run_all).
+"""What the publish that applies a contract evolution costs (run_all: in --quick or --all).
 
 A customers entity with an aggregate (MRR per country and plan) and a current-state table with
 the default column list (bucket(``--buckets``, customer_id)), ``--customers`` live customers published in
@@ -8,23 +8,21 @@ every partition of the current table, see lakepub/publish/evolution.py), and one
 Each timed publish opens the workspace anew (reads the published table once, like one ``lakepub
 run``). Repeated on ``--repeat`` fresh workspaces; minimums and medians in seconds.
 
-    python scripts/bench/evolution.py [--customers N] [--batch B] [--repeat R] [--buckets K]
+    python scripts/bench/evolution.py [--quick] [--customers N] [--batch B] [--repeat R] [--buckets K] [--json PATH]
+
+``--quick`` (CI): 5,000 customers, batches of 200, one workspace.
 """
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+import yaml
 
-import yaml  # noqa: E402
+import common as c  # puts the checkout first on sys.path
 
 from lakepub.workspace import Workspace  # noqa: E402
 
@@ -95,21 +93,32 @@ def one(folder: Path, customers: int, batch: int, seed: int, buckets: int) -> di
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--customers", type=int, default=100_000)
-    parser.add_argument("--batch", type=int, default=1000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser = c.parser(__doc__.splitlines()[0])
+    parser.add_argument("--customers", type=int, help="live customers (default 100,000; --quick 5,000)")
+    parser.add_argument("--batch", type=int, help="updates per timed publish (default 1000; --quick 200)")
+    parser.add_argument("--repeat", type=int, help="fresh workspaces (default 3; --quick 1)")
     parser.add_argument("--buckets", type=int, default=16, help="bucket(N, customer_id) of the current table")
     args = parser.parse_args()
+    args.customers = args.customers or (5_000 if args.quick else 100_000)
+    args.batch = args.batch or (200 if args.quick else 1000)
+    args.repeat = args.repeat or (1 if args.quick else 3)
+    r = c.Report("evolution", "the publish that applies a contract evolution vs ordinary publishes", args.quick,
+                 params={"customers": args.customers, "batch": args.batch, "repeat": args.repeat,
+                         "buckets": args.buckets})
     runs = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with c.scratch(args, "evolution") as tmp:
         for seed in range(args.repeat):
             runs.append(one(Path(tmp), args.customers, args.batch, seed, args.buckets))
-    print(f"{args.customers} live customers in bucket({args.buckets}), batches of {args.batch} updates, "
-          f"{args.repeat} workspace(s)")
+    r.section(f"{args.customers:,} live customers in bucket({args.buckets}), batches of {args.batch:,} updates, "
+              f"{args.repeat} workspace(s): minimum (median)")
     for label in runs[0]:
         times = [run[label] for run in runs]
-        print(f"  {label:18s} min {min(times):.3f} s  median {statistics.median(times):.3f} s")
+        key = label.replace(".", "_").replace(" ", "_")
+        r.figures[f"{key}_median_s"] = statistics.median(times)
+        r.figure(f"{key}_min_s", min(times), label, "s", f"median {statistics.median(times):.3f} s")
+    r.ratio("evolving_vs_v1_0", r.figures["evolving_publish_min_s"], r.figures["v1_0_publish_min_s"],
+            "evolving publish / v1.0 publish (minimums)")
+    r.emit(args)
 
 
 if __name__ == "__main__":

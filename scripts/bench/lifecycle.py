@@ -1,25 +1,22 @@
 """Micro-benchmark of ``lakepub state`` / ``wait``'s poll, ``retire``/``restore`` and what the
-retirement check adds to ``run`` (not part of run_all).
+retirement check adds to ``run`` (run_all runs it in --quick or --all).
 
-    python scripts/bench/lifecycle.py [--events N] [--batch N] [--repeat N]
+    python scripts/bench/lifecycle.py [--quick] [--events N] [--batch N] [--repeat N] [--json PATH]
 
 One workspace (the generated order stream), published in batches of ``--batch`` events (so the
 table holds many snapshots for ``state`` to walk). In one process after a warm-up: ``state``
 (one wait poll), ``status`` of the same dataset (for scale), the catalog load that ``run``'s
 retirement check costs, and a retire + restore pair (two catalog commits). Medians of one run.
+``--quick`` (CI): 5,000 events in batches of 500, 3 repeats.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+import common as c  # puts the checkout first on sys.path
 
 from lakepub import reports  # noqa: E402
 from lakepub.generate import generate_stream  # noqa: E402
@@ -37,15 +34,20 @@ def _median(fn, repeat: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--events", type=int, default=50_000)
-    ap.add_argument("--batch", type=int, default=1_000)
-    ap.add_argument("--repeat", type=int, default=15)
+    ap = c.parser(__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, help="events (default 50,000; --quick 5,000)")
+    ap.add_argument("--batch", type=int, help="events per publish (default 1,000; --quick 500)")
+    ap.add_argument("--repeat", type=int, help="timed runs of each step (default 15; --quick 3)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    args.events = args.events or (5_000 if args.quick else 50_000)
+    args.batch = args.batch or (500 if args.quick else 1_000)
+    args.repeat = args.repeat or (3 if args.quick else 15)
+    r = c.Report("lifecycle", "state (wait poll), status, run's retirement check, retire + restore", args.quick,
+                 params={"events": args.events, "batch": args.batch, "repeat": args.repeat})
+    with c.scratch(args, "lifecycle") as tmp:
         root = Path(tmp) / "ws"
         init_workspace(root)
-        generate_stream(root / "landing" / "orders", events=args.events, partitions=2, days=90, seed=7,
+        generate_stream(root / "landing" / "orders", events=args.events, partitions=2, days=90, seed=args.seed,
                         segment_size=5_000)
         ws = Workspace.open(root)
         ws.run("orders_daily", max_batch=args.batch)
@@ -62,12 +64,15 @@ def main() -> None:
         status = _median(lambda: reports.status(ws, "orders_daily"), args.repeat)
         check = _median(lambda: ws._summary_table("orders_daily"), args.repeat)  # noqa: SLF001
         pair = _median(retire_restore, max(3, args.repeat // 3))
-        print(f"{args.events} events in batches of {args.batch}: {snapshots} snapshots, "
-              f"{len(found.partitions)} partitions, {args.repeat} runs:")
-        print(f"  state (one wait poll)        {state * 1000:7.1f} ms")
-        print(f"  status (for scale)           {status * 1000:7.1f} ms")
-        print(f"  run's retirement check       {check * 1000:7.1f} ms  (one catalog load)")
-        print(f"  retire + restore             {pair * 1000:7.1f} ms  (two catalog commits)")
+        ws.close()
+    r.section(f"{args.events:,} events in batches of {args.batch:,}: {snapshots} snapshots, "
+              f"{len(found.partitions)} partitions, medians of {args.repeat} runs")
+    r.figures.update({"snapshots": snapshots, "partitions": len(found.partitions)})
+    r.figure("state_ms", state * 1000, "state (one wait poll)", "ms")
+    r.figure("status_ms", status * 1000, "status (for scale)", "ms")
+    r.figure("retirement_check_ms", check * 1000, "run's retirement check", "ms", "one catalog load")
+    r.figure("retire_restore_ms", pair * 1000, "retire + restore", "ms", "two catalog commits")
+    r.emit(args)
 
 
 if __name__ == "__main__":

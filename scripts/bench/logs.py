@@ -1,6 +1,6 @@
 """What logging costs the publish path: the log helpers per batch off and on, and `run` with JSON logs vs without.
 
-    python scripts/bench/logs.py [--quick] [--json PATH]
+    python scripts/bench/logs.py [--quick] [--json PATH] [--work DIR]
 
 1. Per batch, the publish path calls ``batch_started``, ``projected``, ``batch_done`` (and
    ``run_started``/``run_done`` once per run). Timed here with logs off (the CLI's default text
@@ -11,14 +11,13 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import common as c  # puts the checkout first on sys.path
 
 from lakepub import logs
 from lakepub.generate import generate_stream
@@ -76,13 +75,12 @@ def _run_once(stream: Path, root: Path, max_batch: int) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--json", type=Path)
-    p.add_argument("--cache", type=Path, help="ignored (run_all compatibility)")
+    p = c.parser(__doc__.splitlines()[0])
     args = p.parse_args()
     calls = 20_000 if args.quick else 200_000
     events, max_batch, rounds = (20_000, 2_000, 2) if args.quick else (200_000, 10_000, 3)
+    r = c.Report("logs", "what logging costs the publish path", args.quick,
+                 params={"calls": calls, "events": events, "max_batch": max_batch, "rounds": rounds})
 
     devnull = open(os.devnull, "w")
     real_stderr = sys.stderr
@@ -94,32 +92,28 @@ def main() -> None:
         logs.configure("json", verbose=1)
         on = _per_batch(calls // 10)
 
-        work = Path(tempfile.mkdtemp(prefix="lakepub-bench-logs-"))
-        stream = work / "stream"
-        generate_stream(stream, events=events, partitions=2, days=60, seed=5, segment_size=max_batch)
-        times: dict[str, list[float]] = {"off": [], "json": []}
-        for i in range(rounds):
-            for mode in ("off", "json"):
-                logs.configure("text") if mode == "off" else logs.configure("json", verbose=1)
-                times[mode].append(_run_once(stream, work / f"{mode}-{i}", max_batch))
+        with c.scratch(args, "logs") as work:
+            stream = work / "stream"
+            generate_stream(stream, events=events, partitions=2, days=60, seed=5, segment_size=max_batch)
+            times: dict[str, list[float]] = {"off": [], "json": []}
+            for i in range(rounds):
+                for mode in ("off", "json"):
+                    logs.configure("text") if mode == "off" else logs.configure("json", verbose=1)
+                    times[mode].append(_run_once(stream, work / f"{mode}-{i}", max_batch))
     finally:
         sys.stderr = real_stderr
+        devnull.close()
         logs.configure("text")
-    report = {
-        "name": "logs",
-        "per_batch_off_us": off * 1e6, "per_batch_empty_calls_us": empty * 1e6, "per_batch_json_us": on * 1e6,
-        "run_events": events, "run_batches": events // max_batch,
-        "run_off_s": min(times["off"]), "run_json_s": min(times["json"]),
-        "run_ratio": min(times["json"]) / min(times["off"]),
-    }
-    print(f"log helpers per batch, logs off:  {report['per_batch_off_us']:.2f} us "
-          f"(three empty Python calls: {report['per_batch_empty_calls_us']:.2f} us)")
-    print(f"log helpers per batch, JSON at debug into /dev/null: {report['per_batch_json_us']:.1f} us")
-    print(f"Workspace.run of {events:,} events in {events // max_batch} batches (best of {rounds}): "
-          f"logs off {report['run_off_s']:.3f} s, JSON logs {report['run_json_s']:.3f} s, "
-          f"ratio {report['run_ratio']:.3f}x")
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2))
+    r.section("the log helpers of one batch (batch_started, projected, batch_done)")
+    r.figure("per_batch_off_us", off * 1e6, "logs off (the CLI's default level)", "us")
+    r.figure("per_batch_empty_calls_us", empty * 1e6, "three empty Python calls", "us")
+    r.figure("per_batch_json_us", on * 1e6, "JSON at debug into /dev/null", "us")
+    r.section(f"Workspace.run of {events:,} events in {events // max_batch} batches (best of {rounds})")
+    r.figures.update({"run_events": events, "run_batches": events // max_batch})
+    r.figure("run_off_s", min(times["off"]), "logs off", "s")
+    r.figure("run_json_s", min(times["json"]), "JSON logs at debug into /dev/null", "s")
+    r.ratio("run_ratio", min(times["json"]), min(times["off"]), "JSON logs / logs off")
+    r.emit(args)
 
 
 if __name__ == "__main__":

@@ -170,13 +170,13 @@ def delete_files(table) -> int:
 
 def main() -> None:
     p = c.parser(__doc__.splitlines()[0])
-    p.add_argument("--events", type=int, help="events (default 1,000,000; --quick 5,000)")
+    p.add_argument("--events", type=int, help="events (default 1,000,000; --quick 3,000)")
     p.add_argument("--max-batch", type=int, help="batch size (default 100,000; --quick 1,000)")
     p.add_argument("--customers", type=int, help="distinct customers (default: events / 2)")
     p.add_argument("--skip-upsert", action="store_true", help="do not run the pyiceberg upsert baseline")
     p.add_argument("--skip-cow", action="store_true", help="do not run lakepub copy-on-write")
     args = p.parse_args()
-    events = args.events or (5_000 if args.quick else 1_000_000)
+    events = args.events or (3_000 if args.quick else 1_000_000)  # quick: the upsert grows per batch
     max_batch = args.max_batch or (1_000 if args.quick else 100_000)
     customers = args.customers or max(1, events // 2)
     r = c.Report("merge_on_read", "current-state publishes: merge-on-read vs copy-on-write vs pyiceberg upsert",

@@ -179,17 +179,19 @@ def measure(label: str, server: Server | None, work: Path, args, run_stream: Pat
 def main() -> None:
     p = c.parser(__doc__.splitlines()[0])
     p.add_argument("--latency-ms", type=float, default=30.0, help="added to every S3 request (default 30)")
-    p.add_argument("--history", type=int, help="orders of history (default 1,000,000; --quick 50,000)")
+    p.add_argument("--history", type=int, help="orders of history (default 1,000,000; --quick 20,000)")
     p.add_argument("--batch", type=int, help="events per measured publish (default 100,000; --quick 5,000)")
     p.add_argument("--build-batch", type=int, default=500_000, help="orders per history publish")
-    p.add_argument("--repeat", type=int, default=3, help="timed warm publishes, and new-process publishes with "
-                                                         "the cache warm (median of each)")
+    p.add_argument("--repeat", type=int, help="timed warm publishes, and new-process publishes with "
+                                              "the cache warm (median of each; default 3, --quick 1)")
     p.add_argument("--run-events", type=int, help="events of the `lakepub run` stream (default 1,000,000; "
-                                                  "--quick 50,000)")
+                                                  "--quick 20,000)")
     args = p.parse_args()
-    args.history = args.history or (50_000 if args.quick else 1_000_000)
+    # --quick: small and one repeat (each new-process publish costs ~2 s of imports on a shared 2-core machine)
+    args.history = args.history or (20_000 if args.quick else 1_000_000)
     args.batch = args.batch or (5_000 if args.quick else 100_000)
-    args.run_events = args.run_events or (50_000 if args.quick else 1_000_000)
+    args.run_events = args.run_events or (20_000 if args.quick else 1_000_000)
+    args.repeat = args.repeat or (1 if args.quick else 3)
     r = c.Report("object_store", "requests and time per publish on S3 (moto + latency) vs local", args.quick,
                  params={"latency_ms": args.latency_ms, "history": args.history, "batch": args.batch,
                          "run_events": args.run_events})

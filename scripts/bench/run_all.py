@@ -1,13 +1,18 @@
 """Run every benchmark of ``scripts/bench`` (one child process each), then print a summary and,
 with ``--markdown PATH``, write the README's "Benchmarks" section from the figures just measured.
 
-    python scripts/bench/run_all.py [--quick] [--only throughput,history] [--out DIR] [--markdown PATH]
+    python scripts/bench/run_all.py [--quick] [--all] [--only throughput,history] [--out DIR] [--markdown PATH]
     python scripts/bench/run_all.py --render DIR --markdown PATH     # re-render saved reports
 
-Full mode runs for roughly 7 minutes on 2 cores (the pyiceberg upsert baseline alone takes
-about a minute and a half of it). ``--out`` keeps each benchmark's text and JSON report (and the throughput
-run's pyinstrument call tree, if pyinstrument is installed); streams are generated once into
-``--cache`` (default: ``<out>/streams``) and shared between the benchmarks.
+Full mode runs ``BENCHMARKS`` (the README table's rows) for roughly 7 minutes on 2 cores (the
+pyiceberg upsert baseline alone takes about a minute and a half of it). ``FEATURE_BENCHMARKS``
+(each feature's own benchmark, quoted in the feature's README section) run in ``--quick`` mode,
+with ``--all``, or when named in ``--only``: their full modes are long (object_store builds 1M
+orders of history on a moto S3; merge_on_read runs its 1M-event figures, here with
+``--skip-upsert``: pyiceberg's composite-key upsert would take hours at that size).
+``--out`` keeps each benchmark's text and JSON report (and the throughput run's pyinstrument call
+tree, if pyinstrument is installed); streams are generated once into ``--cache`` (default:
+``<out>/streams``) and shared between the benchmarks.
 """
 
 from __future__ import annotations
@@ -22,12 +27,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = ["throughput", "wide", "history", "overhead", "reads", "janitor", "memory", "startup"]
+FEATURE_BENCHMARKS = ["derive", "lifecycle", "evolution", "merge_on_read", "object_store", "superseded", "logs"]
+FULL_ARGS = {"merge_on_read": ["--skip-upsert"]}  # the README's 1M figures; the upsert would take hours
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true")
-    p.add_argument("--only", help="comma-separated subset of: " + ", ".join(BENCHMARKS))
+    p.add_argument("--all", action="store_true", help="in full mode also run: " + ", ".join(FEATURE_BENCHMARKS))
+    p.add_argument("--only", help="comma-separated subset of: " + ", ".join(BENCHMARKS + FEATURE_BENCHMARKS))
     p.add_argument("--out", type=Path, help="folder for the reports (default: a temporary folder)")
     p.add_argument("--cache", type=Path, help="stream cache shared by the benchmarks (default: <out>/streams)")
     p.add_argument("--markdown", type=Path, help="write the README 'Benchmarks' section there")
@@ -36,15 +44,16 @@ def main() -> None:
                    help="run nothing: print the summary (and --markdown) from the <name>.json reports in DIR")
     args = p.parse_args()
     if args.render is not None:
-        reports = [json.loads((args.render / f"{n}.json").read_text()) for n in BENCHMARKS
+        reports = [json.loads((args.render / f"{n}.json").read_text()) for n in BENCHMARKS + FEATURE_BENCHMARKS
                    if (args.render / f"{n}.json").is_file()]
         print(summary(reports))
         if args.markdown:
             args.markdown.write_text(markdown(reports))
             print(f"README section written to {args.markdown}")
         return
-    names = args.only.split(",") if args.only else BENCHMARKS
-    unknown = set(names) - set(BENCHMARKS)
+    every = BENCHMARKS + FEATURE_BENCHMARKS
+    names = args.only.split(",") if args.only else (every if args.quick or args.all else BENCHMARKS)
+    unknown = set(names) - set(every)
     if unknown:
         p.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
     out = args.out or Path(tempfile.mkdtemp(prefix="lakepub-bench-all-"))
@@ -57,6 +66,8 @@ def main() -> None:
         argv = [sys.executable, str(HERE / f"{name}.py"), "--json", str(json_path), "--cache", str(cache)]
         if args.quick:
             argv.append("--quick")
+        else:
+            argv += FULL_ARGS.get(name, [])
         if name == "throughput" and not args.quick:
             argv += ["--profile-out", str(out / "throughput.pyinstrument.txt")]
         print(f"\n$ {' '.join(argv)}", flush=True)
@@ -92,7 +103,7 @@ def summary(reports: list[dict]) -> str:
         for t in rep["targets"]:
             verdict = "MET" if t["met"] else "MISSED"
             value = "n/a" if t["value"] is None else f"{t['value']:.2f}"
-            lines.append(f"  {rep['benchmark']:<11} {t['name']:<52} {value:>8}  target {t['op']} {t['target']:g}"
+            lines.append(f"  {rep['benchmark']:<13} {t['name']:<52} {value:>8}  target {t['op']} {t['target']:g}"
                          f"  {verdict}")
     return "\n".join(lines)
 

@@ -10,22 +10,21 @@ leave) and as many look-alike folders that must be kept. Timed, in one run:
 * ``janitor total``: that whole run (the tables' expiry and orphan scans included);
 * ``baseline``: the same number of files planted again and removed with ``os.walk`` + ``os.remove``.
 
-    python scripts/bench/superseded.py [--folders 20] [--files 30] [--publishes 10] [--json PATH]
+    python scripts/bench/superseded.py [--quick] [--folders 20] [--files 30] [--publishes 10] [--json PATH]
+
+``--quick`` (CI): 5 folders of 10 files after 3 publishes.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests"))
+import common as c
+
+sys.path.insert(0, str(c.REPO / "tests"))  # test_janitor's publish helper
 
 
 def plant(namespace: Path, folders: int, files: int, prefix: str) -> None:
@@ -38,20 +37,41 @@ def plant(namespace: Path, folders: int, files: int, prefix: str) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--folders", type=int, default=20)
-    p.add_argument("--files", type=int, default=30)
-    p.add_argument("--publishes", type=int, default=10)
-    p.add_argument("--json", help="write the figures as JSON to this path (-: stdout)")
+    p = c.parser(__doc__.split("\n")[0])
+    p.add_argument("--folders", type=int, help="leftover rebuild folders (default 20; --quick 5)")
+    p.add_argument("--files", type=int, help="files per folder (default 30; --quick 10)")
+    p.add_argument("--publishes", type=int, help="publishes before (default 10; --quick 3)")
     args = p.parse_args()
+    args.folders = args.folders or (5 if args.quick else 20)
+    args.files = args.files or (10 if args.quick else 30)
+    args.publishes = args.publishes or (3 if args.quick else 10)
+    r = c.Report("superseded", "the janitor's sweep of superseded table folders vs os.walk + os.remove", args.quick,
+                 params={"folders": args.folders, "files_per_folder": args.files, "publishes": args.publishes})
 
+    with c.scratch(args, "superseded") as tmp:
+        figures = measure(args, Path(tmp) / "ws")
+    r.section(f"{args.folders} leftover rebuild folders of {args.files} files, {args.folders} look-alikes kept")
+    r.figure("sweep_dry_run_ms", figures["sweep_dry_run_ms"], "sweep (dry run)", "ms",
+             f"of a {figures['janitor_total_dry_run_ms']:.0f} ms janitor run; {figures['folders_dry_run']} folders")
+    r.figure("janitor_total_dry_run_ms", figures["janitor_total_dry_run_ms"], "janitor total (dry run)", "ms")
+    r.figure("sweep_delete_ms", figures["sweep_delete_ms"], "sweep (delete)", "ms",
+             f"{figures['files_deleted']} files deleted in {figures['folders_delete']} folders")
+    r.figure("janitor_total_delete_ms", figures["janitor_total_delete_ms"], "janitor total (delete)", "ms")
+    r.figure("baseline_walk_remove_ms", figures["baseline_walk_remove_ms"], "baseline: os.walk + os.remove", "ms")
+    r.ratio("sweep_over_baseline", figures["sweep_delete_ms"], max(figures["baseline_walk_remove_ms"], 1e-3),
+            "sweep (delete) / baseline")
+    for key in ("folders", "files_per_folder", "folders_dry_run", "folders_delete", "files_deleted"):
+        r.figures[key] = figures[key]
+    r.emit(args)
+
+
+def measure(args, root: Path) -> dict[str, float | int]:
     from lakepub.init import init_workspace
     from lakepub.maintenance import JanitorOptions, run_janitor
     from lakepub.maintenance import janitor as janitor_module
     from lakepub.workspace import Workspace
     from test_janitor import DATASET, publish
 
-    root = Path(tempfile.mkdtemp(prefix="lakepub-sweep-")) / "ws"
     init_workspace(root)
     ws = Workspace.open(root)
     for i in range(args.publishes):
@@ -89,18 +109,8 @@ def main() -> None:
             for name in names:
                 os.remove(os.path.join(folder, name))
     figures["baseline_walk_remove_ms"] = round((time.perf_counter() - t0) * 1000, 1)
-    baseline = max(float(figures["baseline_walk_remove_ms"]), 1e-3)
-    figures["sweep_over_baseline"] = round(float(figures["sweep_delete_ms"]) / baseline, 2)
-    shutil.rmtree(root.parent, ignore_errors=True)
-
-    text = "\n".join(f"{k}: {v}" for k, v in figures.items())
-    if args.json == "-":
-        print(json.dumps(figures))
-        print(text, file=sys.stderr)
-    else:
-        print(text)
-        if args.json:
-            Path(args.json).write_text(json.dumps(figures, indent=1))
+    janitor_module.sweep = sweep
+    return figures
 
 
 if __name__ == "__main__":
