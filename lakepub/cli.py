@@ -326,7 +326,7 @@ def compact(ctx: click.Context, dataset: str, dry_run: bool, deletes_only: bool,
 
     Versions at or below an entity's floor stay rejected after compaction (a replay with another
     payload is still a conflict), so replaying old events changes nothing and tombstones keep holding. It also writes a complete key index of the
-    compacted ledger (local warehouses, key_index: true), so a ledger that had none is indexed again.
+    compacted ledger (key_index: true; an S3 warehouse keeps it through the local cache), so a ledger that had none is indexed again.
 
     Then every merge-on-read dataset of the entity has its deletes folded: data files with at least
     --fold-threshold of their rows deleted (and small files of a partition) are rewritten without
