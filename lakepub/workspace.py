@@ -13,6 +13,7 @@ Every method raises ``lakepub.errors.LakepubError`` subclasses whose ``exit_code
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -358,8 +359,9 @@ class Workspace:
             result = con.execute(sql).to_arrow_table()
         except duckdb.Error as exc:
             message = " ".join(str(exc).split())
-            unpublished = [n for n in self.config.datasets if n not in published and n in message]
-            waiting = [n for n in self.config.derived if n not in published and n in message]
+            named = set(re.findall(r"[A-Za-z0-9_]+", message))  # whole names: 'orders' is not in 'orders_daily'
+            unpublished = [n for n in self.config.datasets if n not in published and n in named]
+            waiting = [n for n in self.config.derived if n not in published and n in named]
             missing = unpublished or waiting
             if isinstance(exc, duckdb.CatalogException) and missing and (
                     when := _retirement(self._summary_table(missing[0]))) is not None:

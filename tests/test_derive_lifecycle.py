@@ -46,3 +46,17 @@ def test_state_wait_retire_restore_of_a_derived_dataset(ws_path: Path, cli):
     assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, MONTHLY)
     assert cli("wait", "orders_monthly", "--partition", "2026-01", "--data-version", version[:15],
                "--timeout", "5s").code == 0
+
+
+def test_a_query_error_names_the_dataset_the_query_named(ws_path: Path, cli):
+    """DuckDB's "table does not exist" message is matched by whole names: a retired
+    ``orders_m`` is not blamed for a query of the not yet computed ``orders_monthly``."""
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, {**MONTHLY, "name": "orders_m"})
+    assert cli("reconcile").code == 0
+    assert cli("retire", "orders_m").code == 0
+    _define(ws_path, MONTHLY)
+    res = cli("query", "SELECT * FROM orders_monthly")
+    assert res.code == 2 and "'orders_monthly' has not been computed yet" in res.err, res.err
+    res = cli("query", "SELECT * FROM orders_m")
+    assert res.code == 2 and "'orders_m' is retired" in res.err, res.err
