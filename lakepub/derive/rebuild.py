@@ -21,6 +21,15 @@ runner's ``--window`` fan-out) leaves committed windows that the next run's plan
 again; the next ``lakepub reconcile DATASET`` computes the rest, audits and swaps. Needs a SQL
 catalog (SQLite, PostgreSQL): elsewhere it is refused (exit 3).
 
+Table properties: the swap replaces the published table's metadata, its properties with it. So
+the rebuild's last commit before the swap (``carry_properties``) sets on the rebuild table every
+property of the published table that lakepub does not own or derive from the definition (a
+user's ``comment``, ``write.*`` or ``owner`` property set with pyiceberg or Spark): keys
+``lakepub.*`` (records such as the retirement one), ``write.metadata.metrics.*`` (set from the
+new partitioning), ``schema.name-mapping.default`` (names of the old schema) and
+``format-version`` are the rebuild's. A property the published table lost (removed by hand) but
+the rebuild table has from its creation defaults stays. One metadata commit, no data read.
+
 After the swap the published table's files live under the rebuild's folder; the old version's
 folder is no longer any table's (its files stay until removed by hand: the janitor only cleans
 inside table folders). Cost: the whole dataset computed once more, plus one read-back of it.
@@ -33,6 +42,25 @@ from lakepub.derive.state import EMPTY_CHECKSUM, Batching, Context, actual_state
 from lakepub.errors import CommitContention, VerifyFailed
 
 MARK = "__rebuild_"
+# Properties the rebuild table sets itself: lakepub's records and what the definition derives.
+_OWN_PREFIXES = ("lakepub.", "write.metadata.metrics.")
+_OWN_KEYS = frozenset({"format-version", "schema.name-mapping.default"})
+
+
+def carried_properties(published: dict[str, str], rebuilt: dict[str, str]) -> dict[str, str]:
+    """The published table's properties to set on the rebuild table before the swap."""
+    return {k: v for k, v in published.items()
+            if not k.startswith(_OWN_PREFIXES) and k not in _OWN_KEYS and rebuilt.get(k) != v}
+
+
+def carry_properties(ctx: Context, name: str, into: str) -> None:
+    """Commit the published table's user properties onto the rebuild table ``into`` (if any differ)."""
+    ctx.forget(name)  # if it moved since the rebuild was planned, the swap fails anyway (exit 4)
+    carry = carried_properties(ctx.table(name).properties, ctx.table(into).properties)
+    if carry:
+        with ctx.table(into).transaction() as tx:
+            tx.set_properties(carry)
+        ctx.forget(into)
 
 
 def rebuild_name(name: str, data_version: str) -> str:
@@ -54,6 +82,7 @@ def finish(ctx: Context, name: str, into: str, expected: str, batching: Batching
         raise WindowRefused(f"the rebuild {into} of {name} is not complete ({sum(len(w.pending) for w in again.pending)} "
                             "partition(s) pending); run 'lakepub reconcile' again")
     audit(ctx, name, into)
+    carry_properties(ctx, name, into)
     audited = ctx.table(into).metadata_location  # swapped in only if no window committed since
     ns = ctx.ws.config.namespace
     try:

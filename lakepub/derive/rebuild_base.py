@@ -107,7 +107,14 @@ def rebuild_base(ws, name: str) -> BaseRebuild | None:
         ledger_snapshot=record.ledger_snapshot, partition_count=writer.partition_count(target, rewrite),
         data_version=desired,
     )
-    tx, _ = writer.stage(target, rewrite, built)
+    from lakepub.derive.rebuild import carried_properties
+    from lakepub.store.write import transaction
+
+    tx = transaction(target)  # the published table's user properties survive the swap (rebuild.py)
+    carry = carried_properties(published.properties, target.properties)
+    if carry:
+        tx.set_properties(carry)
+    tx, _ = writer.stage(target, rewrite, built, tx=tx)
     commit_atomically(catalog, [TableChange(target, tx)])
     target = catalog.load_table(summary_id(ns, into))
     schema = spec.kind.output_schema()  # audit: the rows read back give the recorded checksums
