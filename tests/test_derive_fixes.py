@@ -65,3 +65,37 @@ def test_a_base_rebuild_keeps_the_user_properties_of_the_published_table(shop: P
     assert props["lakepub.definition"] != old_definition
     assert _rows(cli, "SELECT country, n FROM customers_mrr ORDER BY 1 NULLS LAST") == \
         [{"country": "DE", "n": 1}, {"country": "FR", "n": 1}, {"country": None, "n": 1}]
+
+
+# --- 2. an upstream that moved just before the swap is a retry, not a refusal ----------------
+
+
+def test_an_input_that_moved_just_before_the_swap_is_exit_4_and_a_retry_succeeds(ws_path: Path, cli, monkeypatch):
+    from lakepub.derive import rebuild
+    from test_derive import _order
+
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, MONTHLY)
+    _ok(cli("reconcile"))
+    _define(ws_path, DOUBLED)
+    real = rebuild.plan_dataset
+    moved = []
+
+    def input_moves_first(ctx, name, batching):  # new input lands between the last window and the swap
+        if not moved:
+            moved.append(1)
+            _publish(cli, ws_path, [_order("Z", 1, "2025-11-20", 77)])
+            ctx.forget("orders_daily")
+        return real(ctx, name, batching)
+
+    monkeypatch.setattr(rebuild, "plan_dataset", input_moves_first)
+    before = _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1")
+    res = cli("reconcile")
+    assert res.code == 4, (res.code, res.err)
+    assert "reconcile' again" in res.err and "Traceback" not in res.err, res.err
+    assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == before  # nothing swapped
+    assert any("__rebuild_" in t for t in _catalog_tables(ws_path))  # the rebuild is kept
+    monkeypatch.setattr(rebuild, "plan_dataset", real)
+    _ok(cli("reconcile"))
+    assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, DOUBLED)
+    assert not any("__rebuild_" in t for t in _catalog_tables(ws_path))

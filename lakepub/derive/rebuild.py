@@ -10,7 +10,8 @@ it), so readers keep reading the old version. When no window is pending, the bui
 - every partition the rebuild recorded is read back and its checksum recomputed: it must equal
   the recorded one, and the rows read must total the rows written;
 - the rebuild's plan must be empty (every candidate partition at the new data version and its
-  inputs' current fingerprints).
+  inputs' current fingerprints); else an input moved just before the swap: exit 4 (retry family,
+  the rebuild is kept; the next reconcile computes what moved and swaps).
 
 Then ONE catalog transaction (``store/commit.swap_table``) points the published table at the
 rebuilt table's metadata, asserting the published pointer is the one the rebuild started from
@@ -78,9 +79,14 @@ def finish(ctx: Context, name: str, into: str, expected: str, batching: Batching
                             "transaction, which needs a SQL catalog (SQLite or PostgreSQL)")
     ctx.forget(into)
     again = plan_dataset(ctx, name, batching)
+    if again.blocked:
+        raise WindowRefused(f"cannot swap in the rebuild {into} of {name}: {again.blocked}")
     if again.rebuild != into or again.pending:
-        raise WindowRefused(f"the rebuild {into} of {name} is not complete ({sum(len(w.pending) for w in again.pending)} "
-                            "partition(s) pending); run 'lakepub reconcile' again")
+        # An input moved (or another process swapped or extended the rebuild) since the windows
+        # were planned: a retry plans the partitions it made stale and swaps. Retry family (exit 4).
+        raise CommitContention(f"{name} or its inputs moved just before its rebuild {into} was swapped in "
+                               f"({sum(len(w.pending) for w in again.pending)} partition(s) pending again); the "
+                               "rebuild is kept: run 'lakepub reconcile' again")
     audit(ctx, name, into)
     carry_properties(ctx, name, into)
     audited = ctx.table(into).metadata_location  # swapped in only if no window committed since
