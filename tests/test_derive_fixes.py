@@ -99,3 +99,69 @@ def test_an_input_that_moved_just_before_the_swap_is_exit_4_and_a_retry_succeeds
     _ok(cli("reconcile"))
     assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, DOUBLED)
     assert not any("__rebuild_" in t for t in _catalog_tables(ws_path))
+
+
+# --- 3. a rebuild abandoned by a definition change is reported, then dropped -----------------
+
+
+def _crash_mid_rebuild(ws_path: Path) -> None:
+    """Reconcile a new data version of orders_monthly offline; crash after its first window."""
+    import pytest
+
+    from lakepub.derive.reconcile import reconcile
+    from lakepub.derive.state import Batching
+    from lakepub.workspace import Workspace
+    from test_derive import _Crash
+
+    def crash(result) -> None:
+        raise _Crash()
+
+    with Workspace.open(ws_path) as ws, pytest.raises(_Crash):
+        reconcile(ws, ["orders_monthly"], batching=Batching(partitions=1), on_window=crash)
+
+
+def test_an_abandoned_rebuild_is_planned_then_dropped_and_swept(ws_path: Path, cli):
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, MONTHLY)
+    _ok(cli("reconcile"))
+    published = _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1")
+    _define(ws_path, DOUBLED)
+    _crash_mid_rebuild(ws_path)
+    building = _plan(cli)["orders_monthly"]
+    assert building["rebuild"] and building["abandoned_rebuilds"] == []  # the build of the desired version
+    assert building["rebuild"] in _catalog_tables(ws_path)
+    folder = Path(_table(ws_path, building["rebuild"]).location().removeprefix("file://"))
+    assert folder.exists()
+    _define(ws_path, MONTHLY)  # reverted mid-rebuild: that build is of neither version now
+    plan = _plan(cli)["orders_monthly"]
+    assert plan["change"] == "untouched" and plan["rebuild"] is None
+    assert plan["abandoned_rebuilds"] == [building["rebuild"]]
+    text = _ok(cli("plan", "orders_monthly")).out
+    assert f"abandoned rebuild table {building['rebuild']}" in text and "reconcile orders_monthly" in text
+    res = _ok(cli("reconcile"))
+    assert building["rebuild"] in res.err and "abandoned" in res.err
+    assert not any("__rebuild_" in t for t in _catalog_tables(ws_path))
+    assert _plan(cli)["orders_monthly"]["abandoned_rebuilds"] == []
+    assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == published == _oracle(cli, MONTHLY)
+    report = _ok(cli("janitor", "--older-than", "0s", "--format", "json")).json()
+    assert {Path(f["folder"].removeprefix("file://")).name: f["status"] for f in report["superseded_folders"]} \
+        == {folder.name: "deleted"}
+    assert not folder.exists()
+    assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == published
+
+
+def test_a_rebuild_abandoned_for_a_third_version_is_dropped_and_the_third_swapped_in(ws_path: Path, cli):
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, MONTHLY)
+    _ok(cli("reconcile"))
+    _define(ws_path, DOUBLED)
+    _crash_mid_rebuild(ws_path)
+    abandoned = _plan(cli)["orders_monthly"]["rebuild"]
+    tripled = {**MONTHLY, "projection": {**MONTHLY["projection"], "query": MONTHLY["projection"]["query"].replace(
+        "sum(cents) AS cents", "sum(cents) * 3 AS cents")}}
+    _define(ws_path, tripled)
+    plan = _plan(cli)["orders_monthly"]
+    assert plan["rebuild"] != abandoned and plan["abandoned_rebuilds"] == [abandoned]
+    _ok(cli("reconcile"))
+    assert not any("__rebuild_" in t for t in _catalog_tables(ws_path))
+    assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, tripled)

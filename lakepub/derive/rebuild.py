@@ -38,6 +38,8 @@ inside table folders). Cost: the whole dataset computed once more, plus one read
 
 from __future__ import annotations
 
+import re
+
 from lakepub.derive.compute import WindowRefused
 from lakepub.derive.state import EMPTY_CHECKSUM, Batching, Context, actual_state, plan_dataset
 from lakepub.errors import CommitContention, VerifyFailed
@@ -66,6 +68,60 @@ def carry_properties(ctx: Context, name: str, into: str) -> None:
 
 def rebuild_name(name: str, data_version: str) -> str:
     return f"{name}{MARK}{data_version.split(':')[-1][:12]}"
+
+
+_REBUILD_TABLE = re.compile(r"(.+)__rebuild_([0-9a-f]{12})")
+
+
+def list_rebuilds(catalog, namespace: str) -> dict[str, list[str]]:
+    """{dataset: its rebuild tables in the catalog, sorted} (one catalog listing)."""
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    try:
+        names = sorted(ident[-1] for ident in catalog.list_tables(namespace))
+    except NoSuchNamespaceError:
+        return {}
+    out: dict[str, list[str]] = {}
+    for table in names:
+        if match := _REBUILD_TABLE.fullmatch(table):
+            out.setdefault(match.group(1), []).append(table)
+    return out
+
+
+def abandoned_rebuilds(ctx: Context, name: str, *versions: str | None) -> list[str]:
+    """The rebuild tables of ``name`` built for a data version that is none of ``versions`` (the
+    published and the desired one): a definition changed again (or reverted) mid-rebuild."""
+    keep = {rebuild_name(name, v) for v in versions if v}
+    return [t for t in ctx.rebuild_tables().get(name, []) if t not in keep]
+
+
+def drop_abandoned(ctx: Context, name: str, abandoned: list[str]) -> list[str]:
+    """Drop the catalog entries of ``abandoned`` rebuild tables of ``name`` (their folders are then
+    superseded: the janitor's sweep deletes them, maintenance/superseded.py); the ones dropped."""
+    from lakepub.store.layout import summary_id
+
+    dropped = []
+    for table in abandoned:
+        loaded = ctx.table(table)
+        if loaded is not None and drop_if_unmoved(ctx.ws.catalog, summary_id(ctx.ws.config.namespace, table),
+                                                  loaded.metadata_location):
+            dropped.append(table)
+        ctx.forget(table)
+    return dropped
+
+
+def drop_if_unmoved(catalog, ident, location: str) -> bool:
+    """Drop table ``ident`` if it still is at metadata ``location`` (a concurrent writer's table is
+    kept); whether it was dropped. Its files stay (the janitor sweeps superseded folders)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        if catalog.load_table(ident).metadata_location == location:
+            catalog.drop_table(ident)
+            return True
+    except NoSuchTableError:
+        pass
+    return False
 
 
 def finish(ctx: Context, name: str, into: str, expected: str, batching: Batching) -> str:

@@ -129,20 +129,12 @@ def rebuild_base(ws, name: str) -> BaseRebuild | None:
                               unchanged=((ledger_id(ns, spec.entity), ledger.metadata_location),),
                               rebuilt_location=target.metadata_location)  # the table audited, no other
     except CommitConflict as exc:
-        _drop_if_ours(catalog, summary_id(ns, into), target.metadata_location)
+        # Not resumable (the next rebuild starts over), unless another rebuild re-created it since:
+        # a table left behind would sit in the folder the published table lives in once another
+        # rebuild of that version is swapped in.
+        from lakepub.derive.rebuild import drop_if_unmoved
+
+        drop_if_unmoved(catalog, summary_id(ns, into), target.metadata_location)
         raise CommitContention(f"{name} or its entity's ledger moved while it was rebuilt ({exc}); nothing was "
                                f"swapped: run 'lakepub rebuild {name}' again") from exc
     return BaseRebuild(name, desired, current, len(rewrite.partitions), rows.num_rows, location)
-
-
-def _drop_if_ours(catalog, ident, location: str) -> None:
-    """Drop the rebuild table of a rebuild that lost its swap (nothing to resume: the next rebuild
-    starts over), unless another rebuild re-created it since: a table left behind would sit in the
-    folder the published table lives in once another rebuild of that version is swapped in."""
-    from pyiceberg.exceptions import NoSuchTableError
-
-    try:
-        if catalog.load_table(ident).metadata_location == location:
-            catalog.drop_table(ident)
-    except NoSuchTableError:
-        pass
