@@ -165,3 +165,18 @@ def test_a_rebuild_abandoned_for_a_third_version_is_dropped_and_the_third_swappe
     _ok(cli("reconcile"))
     assert not any("__rebuild_" in t for t in _catalog_tables(ws_path))
     assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, tripled)
+
+
+# --- 4. lookback means the newest non-null partitions ----------------------------------------
+
+
+def test_lookback_skips_the_null_partition(shop: Path, cli):
+    from test_derive import PER_COUNTRY
+
+    _define(shop, {**PER_COUNTRY, "lookback": 1})
+    _ok(cli("reconcile"))
+    query = f"SELECT * FROM ({PER_COUNTRY['projection']['query']}) ORDER BY 1 NULLS LAST"
+    assert _rows(cli, "SELECT * FROM plans_per_country ORDER BY 1 NULLS LAST") == _rows(cli, query)
+    assert any(r["country"] is None for r in _rows(cli, query))  # a null partition exists
+    plan = _plan(cli)["plans_per_country"]
+    assert [w["why"] for w in plan["windows"]] == [{"FR": "lookback"}], plan["windows"]

@@ -11,7 +11,8 @@ For an output partition P of derived dataset D:
 
 P is *missing* (never computed), *stale* (another data version, or an input fingerprint that
 moved), an *orphan* (computed non-empty, but no input partition maps to it any more), or
-current; ``lookback: N`` recomputes the newest N candidates whatever their state. Candidates are
+current; ``lookback: N`` recomputes the newest N candidates whatever their state (the newest
+by label, the ``null`` partition never counting as one). Candidates are
 the output partitions the inputs' partitions map to: an input partitioned by the same column at
 the same or a finer time grain maps by label (``2025-10-03`` -> ``2025-10``); at a coarser grain
 P reads the one upstream partition its label falls in, and the candidates come from a
@@ -304,8 +305,9 @@ def _plan_derived(ctx: Context, name: str, batching: Batching) -> DatasetPlan:
         labels = sorted(candidates(ctx, spec) | set(actual))
         desired_fp = {label: fingerprint(ctx, spec, label) for label in labels}
     # Lookback is for late data in routine runs: a rebuild computes every partition once anyway.
-    lookback = set(sorted(desired_fp)[-spec.lookback:]) if spec.lookback and labels != [WHOLE] and not plan.rebuild \
-        else set()
+    # The newest N non-null labels: "null" (rows whose partition column is null) sorts last.
+    lookback = set([label for label in sorted(desired_fp) if label != "null"][-spec.lookback:]) \
+        if spec.lookback and labels != [WHOLE] and not plan.rebuild else set()
     why: dict[str, str] = {}
     for label in labels:
         have = actual.get(label)
