@@ -180,3 +180,30 @@ def test_lookback_skips_the_null_partition(shop: Path, cli):
     assert any(r["country"] is None for r in _rows(cli, query))  # a null partition exists
     plan = _plan(cli)["plans_per_country"]
     assert [w["why"] for w in plan["windows"]] == [{"FR": "lookback"}], plan["windows"]
+
+
+def test_an_abandoned_base_rebuild_is_planned_then_dropped_by_rebuild(shop: Path, cli, monkeypatch):
+    import pytest
+
+    from lakepub.derive.rebuild_base import rebuild_base
+    from lakepub.store import commit
+    from lakepub.workspace import Workspace
+    from test_derive import _Crash
+
+    def crash(*args, **kw):
+        raise _Crash()
+
+    _define(shop, {**MRR, "projection": {**MRR["projection"], "group_by": ["country"]}})
+    monkeypatch.setattr(commit, "swap_table", crash)
+    with Workspace.open(shop) as ws, pytest.raises(_Crash):  # the process dies before its swap
+        rebuild_base(ws, "customers_mrr")
+    monkeypatch.undo()
+    left = [t for t in _catalog_tables(shop) if "__rebuild_" in t]
+    assert len(left) == 1 and _plan(cli)["customers_mrr"]["abandoned_rebuilds"] == []  # resumable: kept
+    _define(shop, MRR)  # reverted
+    assert _plan(cli)["customers_mrr"]["abandoned_rebuilds"] == left
+    assert "'lakepub rebuild customers_mrr' drops it" in _ok(cli("plan", "customers_mrr")).out
+    res = _ok(cli("rebuild", "customers_mrr"))
+    assert "nothing to rebuild" in res.out and left[0] in res.err, res.err
+    assert not any("__rebuild_" in t for t in _catalog_tables(shop))
+    assert _plan(cli)["customers_mrr"]["abandoned_rebuilds"] == []

@@ -66,7 +66,7 @@ def plan(ctx: click.Context, datasets: tuple[str, ...], batch_partitions: int | 
         if p.blocked:
             click.echo(f"  blocked: {p.blocked}")
         for table in p.abandoned:
-            fix = f"'lakepub reconcile {p.dataset}' drops it" if p.kind == "derived" else "drop it with pyiceberg"
+            fix = f"'lakepub {'reconcile' if p.kind == 'derived' else 'rebuild'} {p.dataset}' drops it"
             click.echo(f"  abandoned rebuild table {table} (built for neither data version): {fix}")
         for w in p.pending:
             kinds = sorted({why.split(":")[0] for why in w.why.values()})
@@ -194,7 +194,12 @@ def rebuild(ctx: click.Context, dataset: str, fmt: str) -> None:
     from lakepub import output
     from lakepub.derive.rebuild_base import rebuild_base
 
-    result = rebuild_base(_ws(ctx), dataset)
+    def on_drop(name: str, tables: list[str]) -> None:
+        if not (ctx.obj or {}).get("quiet", False):
+            click.echo(f"{name}: dropped abandoned rebuild table(s) {', '.join(tables)} (built for neither its "
+                       "published nor its desired data version; the janitor deletes their files)", err=True)
+
+    result = rebuild_base(_ws(ctx), dataset, on_drop=on_drop)
     if fmt == "json":
         click.echo(output.to_json(result.as_dict() if result else {"dataset": dataset, "rebuilt": False}))
     elif result is None:
