@@ -32,8 +32,8 @@ new partitioning), ``schema.name-mapping.default`` (names of the old schema) and
 the rebuild table has from its creation defaults stays. One metadata commit, no data read.
 
 After the swap the published table's files live under the rebuild's folder; the old version's
-folder is no longer any table's (its files stay until removed by hand: the janitor only cleans
-inside table folders). Cost: the whole dataset computed once more, plus one read-back of it.
+folder is no longer any table's: the janitor deletes it as superseded (maintenance/superseded.py),
+as it does the folder of an abandoned rebuild table once ``reconcile`` dropped it. Cost: the whole dataset computed once more, plus one read-back of it.
 """
 
 from __future__ import annotations
