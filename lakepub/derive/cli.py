@@ -65,6 +65,9 @@ def plan(ctx: click.Context, datasets: tuple[str, ...], batch_partitions: int | 
             click.echo(f"  because {reason}")
         if p.blocked:
             click.echo(f"  blocked: {p.blocked}")
+        for table in p.abandoned:
+            fix = f"'lakepub {'reconcile' if p.kind == 'derived' else 'rebuild'} {p.dataset}' drops it"
+            click.echo(f"  abandoned rebuild table {table} (built for neither data version): {fix}")
         for w in p.pending:
             kinds = sorted({why.split(":")[0] for why in w.why.values()})
             click.echo(f"  window {w.id}: {w.partitions[0]}..{w.partitions[-1]}: {len(w.pending)} of "
@@ -118,9 +121,14 @@ def reconcile(ctx: click.Context, datasets: tuple[str, ...], workers: int, batch
                        f"({len(r.partitions)} partition(s)), {r.rows} rows, snapshot {r.snapshot_id}, "
                        f"{r.seconds:.2f} s")
 
+    def on_drop(dataset: str, tables: list[str]) -> None:
+        if not quiet:
+            click.echo(f"{dataset}: dropped abandoned rebuild table(s) {', '.join(tables)} (built for neither its "
+                       "published nor its desired data version; the janitor deletes their files)", err=True)
+
     try:
         results = run(_ws(ctx), list(datasets), batching=_batching(batch_days, batch_partitions), workers=workers,
-                      window=window, on_plan=on_plan, on_window=on_window)
+                      window=window, on_plan=on_plan, on_window=on_window, on_drop=on_drop)
     finally:
         if bar is not None:
             bar.__exit__(None, None, None)
@@ -186,7 +194,12 @@ def rebuild(ctx: click.Context, dataset: str, fmt: str) -> None:
     from lakepub import output
     from lakepub.derive.rebuild_base import rebuild_base
 
-    result = rebuild_base(_ws(ctx), dataset)
+    def on_drop(name: str, tables: list[str]) -> None:
+        if not (ctx.obj or {}).get("quiet", False):
+            click.echo(f"{name}: dropped abandoned rebuild table(s) {', '.join(tables)} (built for neither its "
+                       "published nor its desired data version; the janitor deletes their files)", err=True)
+
+    result = rebuild_base(_ws(ctx), dataset, on_drop=on_drop)
     if fmt == "json":
         click.echo(output.to_json(result.as_dict() if result else {"dataset": dataset, "rebuilt": False}))
     elif result is None:

@@ -10,7 +10,7 @@ projection:
   query: |
     SELECT CAST(date_trunc('month', day) AS DATE) AS month, sum(cents) AS cents FROM orders_daily GROUP BY 1
 partition: month(month)
-lookback: 2                       # the newest 2 partitions are recomputed by every run (late data)
+lookback: 2                       # the newest 2 non-null partitions are recomputed by every run (late data)
 description: ...                  # description, owner, schedule: not part of the data version
 ```
 

@@ -10,7 +10,8 @@ it), so readers keep reading the old version. When no window is pending, the bui
 - every partition the rebuild recorded is read back and its checksum recomputed: it must equal
   the recorded one, and the rows read must total the rows written;
 - the rebuild's plan must be empty (every candidate partition at the new data version and its
-  inputs' current fingerprints).
+  inputs' current fingerprints); else an input moved just before the swap: exit 4 (retry family,
+  the rebuild is kept; the next reconcile computes what moved and swaps).
 
 Then ONE catalog transaction (``store/commit.swap_table``) points the published table at the
 rebuilt table's metadata, asserting the published pointer is the one the rebuild started from
@@ -21,22 +22,106 @@ runner's ``--window`` fan-out) leaves committed windows that the next run's plan
 again; the next ``lakepub reconcile DATASET`` computes the rest, audits and swaps. Needs a SQL
 catalog (SQLite, PostgreSQL): elsewhere it is refused (exit 3).
 
+Table properties: the swap replaces the published table's metadata, its properties with it. So
+the rebuild's last commit before the swap (``carry_properties``) sets on the rebuild table every
+property of the published table that lakepub does not own or derive from the definition (a
+user's ``comment``, ``write.*`` or ``owner`` property set with pyiceberg or Spark): keys
+``lakepub.*`` (records such as the retirement one), ``write.metadata.metrics.*`` (set from the
+new partitioning), ``schema.name-mapping.default`` (names of the old schema) and
+``format-version`` are the rebuild's. A property the published table lost (removed by hand) but
+the rebuild table has from its creation defaults stays. One metadata commit, no data read.
+
 After the swap the published table's files live under the rebuild's folder; the old version's
-folder is no longer any table's (its files stay until removed by hand: the janitor only cleans
-inside table folders). Cost: the whole dataset computed once more, plus one read-back of it.
+folder is no longer any table's: the janitor deletes it as superseded (maintenance/superseded.py),
+as it does the folder of an abandoned rebuild table once ``reconcile`` dropped it. Cost: the whole dataset computed once more, plus one read-back of it.
 """
 
 from __future__ import annotations
+
+import re
 
 from lakepub.derive.compute import WindowRefused
 from lakepub.derive.state import EMPTY_CHECKSUM, Batching, Context, actual_state, plan_dataset
 from lakepub.errors import CommitContention, VerifyFailed
 
 MARK = "__rebuild_"
+# Properties the rebuild table sets itself: lakepub's records and what the definition derives.
+_OWN_PREFIXES = ("lakepub.", "write.metadata.metrics.")
+_OWN_KEYS = frozenset({"format-version", "schema.name-mapping.default"})
+
+
+def carried_properties(published: dict[str, str], rebuilt: dict[str, str]) -> dict[str, str]:
+    """The published table's properties to set on the rebuild table before the swap."""
+    return {k: v for k, v in published.items()
+            if not k.startswith(_OWN_PREFIXES) and k not in _OWN_KEYS and rebuilt.get(k) != v}
+
+
+def carry_properties(ctx: Context, name: str, into: str) -> None:
+    """Commit the published table's user properties onto the rebuild table ``into`` (if any differ)."""
+    ctx.forget(name)  # if it moved since the rebuild was planned, the swap fails anyway (exit 4)
+    carry = carried_properties(ctx.table(name).properties, ctx.table(into).properties)
+    if carry:
+        with ctx.table(into).transaction() as tx:
+            tx.set_properties(carry)
+        ctx.forget(into)
 
 
 def rebuild_name(name: str, data_version: str) -> str:
     return f"{name}{MARK}{data_version.split(':')[-1][:12]}"
+
+
+_REBUILD_TABLE = re.compile(r"(.+)__rebuild_([0-9a-f]{12})")
+
+
+def list_rebuilds(catalog, namespace: str) -> dict[str, list[str]]:
+    """{dataset: its rebuild tables in the catalog, sorted} (one catalog listing)."""
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    try:
+        names = sorted(ident[-1] for ident in catalog.list_tables(namespace))
+    except NoSuchNamespaceError:
+        return {}
+    out: dict[str, list[str]] = {}
+    for table in names:
+        if match := _REBUILD_TABLE.fullmatch(table):
+            out.setdefault(match.group(1), []).append(table)
+    return out
+
+
+def abandoned_rebuilds(ctx: Context, name: str, *versions: str | None) -> list[str]:
+    """The rebuild tables of ``name`` built for a data version that is none of ``versions`` (the
+    published and the desired one): a definition changed again (or reverted) mid-rebuild."""
+    keep = {rebuild_name(name, v) for v in versions if v}
+    return [t for t in ctx.rebuild_tables().get(name, []) if t not in keep]
+
+
+def drop_abandoned(ctx: Context, name: str, abandoned: list[str]) -> list[str]:
+    """Drop the catalog entries of ``abandoned`` rebuild tables of ``name`` (their folders are then
+    superseded: the janitor's sweep deletes them, maintenance/superseded.py); the ones dropped."""
+    from lakepub.store.layout import summary_id
+
+    dropped = []
+    for table in abandoned:
+        loaded = ctx.table(table)
+        if loaded is not None and drop_if_unmoved(ctx.ws.catalog, summary_id(ctx.ws.config.namespace, table),
+                                                  loaded.metadata_location):
+            dropped.append(table)
+        ctx.forget(table)
+    return dropped
+
+
+def drop_if_unmoved(catalog, ident, location: str) -> bool:
+    """Drop table ``ident`` if it still is at metadata ``location`` (a concurrent writer's table is
+    kept); whether it was dropped. Its files stay (the janitor sweeps superseded folders)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        if catalog.load_table(ident).metadata_location == location:
+            catalog.drop_table(ident)
+            return True
+    except NoSuchTableError:
+        pass
+    return False
 
 
 def finish(ctx: Context, name: str, into: str, expected: str, batching: Batching) -> str:
@@ -50,10 +135,16 @@ def finish(ctx: Context, name: str, into: str, expected: str, batching: Batching
                             "transaction, which needs a SQL catalog (SQLite or PostgreSQL)")
     ctx.forget(into)
     again = plan_dataset(ctx, name, batching)
+    if again.blocked:
+        raise WindowRefused(f"cannot swap in the rebuild {into} of {name}: {again.blocked}")
     if again.rebuild != into or again.pending:
-        raise WindowRefused(f"the rebuild {into} of {name} is not complete ({sum(len(w.pending) for w in again.pending)} "
-                            "partition(s) pending); run 'lakepub reconcile' again")
+        # An input moved (or another process swapped or extended the rebuild) since the windows
+        # were planned: a retry plans the partitions it made stale and swaps. Retry family (exit 4).
+        raise CommitContention(f"{name} or its inputs moved just before its rebuild {into} was swapped in "
+                               f"({sum(len(w.pending) for w in again.pending)} partition(s) pending again); the "
+                               "rebuild is kept: run 'lakepub reconcile' again")
     audit(ctx, name, into)
+    carry_properties(ctx, name, into)
     audited = ctx.table(into).metadata_location  # swapped in only if no window committed since
     ns = ctx.ws.config.namespace
     try:

@@ -18,7 +18,9 @@ DATASET`` builds the new definition beside it instead:
 
 Readers see the old definition until the swap and the new one after it; from then on ``lakepub
 run`` maintains it with its siblings (its recorded definition is the new one). A rebuild that
-crashed leaves its table: the next run drops and rebuilds it (one commit, nothing to resume).
+crashed leaves its table: the next run drops and rebuilds it (one commit, nothing to resume);
+one whose definition changed again (or was reverted) since is *abandoned* (``lakepub plan``
+lists it) and any ``lakepub rebuild`` of the dataset drops it, even one with nothing to rebuild.
 SQL catalogs only. Cost: one DuckDB scan of the ledger, the projection, one write of the table.
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Callable
 
 from lakepub.errors import BlockedError, CommitContention, UserError, VerifyFailed
 
@@ -43,8 +46,9 @@ class BaseRebuild:
         return dataclasses.asdict(self)
 
 
-def rebuild_base(ws, name: str) -> BaseRebuild | None:
-    """Rebuild base dataset ``name`` under its current definition; None if it is already at it."""
+def rebuild_base(ws, name: str, on_drop: Callable[[str, list[str]], None] | None = None) -> BaseRebuild | None:
+    """Rebuild base dataset ``name`` under its current definition; None if it is already at it.
+    ``on_drop(name, tables)``: the abandoned rebuild tables it dropped (of neither version)."""
     from pyiceberg.exceptions import NoSuchTableError
 
     from lakepub import duck
@@ -82,6 +86,7 @@ def rebuild_base(ws, name: str) -> BaseRebuild | None:
         raise UserError(f"dataset '{name}' has no lakepub publish yet: 'lakepub run {name}' publishes it")
     record = found[1]
     desired, current = of_spec(spec), of_dataset(published, spec, record)
+    _drop_abandoned(catalog, ns, name, (desired, current), on_drop)
     if desired == current:
         return None
     ledger = catalog.load_table(ledger_id(ns, spec.entity))
@@ -107,7 +112,14 @@ def rebuild_base(ws, name: str) -> BaseRebuild | None:
         ledger_snapshot=record.ledger_snapshot, partition_count=writer.partition_count(target, rewrite),
         data_version=desired,
     )
-    tx, _ = writer.stage(target, rewrite, built)
+    from lakepub.derive.rebuild import carried_properties
+    from lakepub.store.write import transaction
+
+    tx = transaction(target)  # the published table's user properties survive the swap (rebuild.py)
+    carry = carried_properties(published.properties, target.properties)
+    if carry:
+        tx.set_properties(carry)
+    tx, _ = writer.stage(target, rewrite, built, tx=tx)
     commit_atomically(catalog, [TableChange(target, tx)])
     target = catalog.load_table(summary_id(ns, into))
     schema = spec.kind.output_schema()  # audit: the rows read back give the recorded checksums
@@ -122,20 +134,35 @@ def rebuild_base(ws, name: str) -> BaseRebuild | None:
                               unchanged=((ledger_id(ns, spec.entity), ledger.metadata_location),),
                               rebuilt_location=target.metadata_location)  # the table audited, no other
     except CommitConflict as exc:
-        _drop_if_ours(catalog, summary_id(ns, into), target.metadata_location)
+        # Not resumable (the next rebuild starts over), unless another rebuild re-created it since:
+        # a table left behind would sit in the folder the published table lives in once another
+        # rebuild of that version is swapped in.
+        from lakepub.derive.rebuild import drop_if_unmoved
+
+        drop_if_unmoved(catalog, summary_id(ns, into), target.metadata_location)
         raise CommitContention(f"{name} or its entity's ledger moved while it was rebuilt ({exc}); nothing was "
                                f"swapped: run 'lakepub rebuild {name}' again") from exc
     return BaseRebuild(name, desired, current, len(rewrite.partitions), rows.num_rows, location)
 
 
-def _drop_if_ours(catalog, ident, location: str) -> None:
-    """Drop the rebuild table of a rebuild that lost its swap (nothing to resume: the next rebuild
-    starts over), unless another rebuild re-created it since: a table left behind would sit in the
-    folder the published table lives in once another rebuild of that version is swapped in."""
+def _drop_abandoned(catalog, ns: str, name: str, versions, on_drop) -> None:
+    """Drop rebuild tables of ``name`` built for none of ``versions`` (the definition changed again,
+    or was reverted, after a rebuild crashed); the janitor then sweeps their folders."""
     from pyiceberg.exceptions import NoSuchTableError
 
-    try:
-        if catalog.load_table(ident).metadata_location == location:
-            catalog.drop_table(ident)
-    except NoSuchTableError:
-        pass
+    from lakepub.derive.rebuild import drop_if_unmoved, list_rebuilds, rebuild_name
+    from lakepub.store.layout import summary_id
+
+    keep = {rebuild_name(name, v) for v in versions if v}
+    dropped = []
+    for table in list_rebuilds(catalog, ns).get(name, []):
+        if table in keep:
+            continue
+        try:
+            location = catalog.load_table(summary_id(ns, table)).metadata_location
+        except NoSuchTableError:
+            continue
+        if drop_if_unmoved(catalog, summary_id(ns, table), location):
+            dropped.append(table)
+    if dropped and on_drop:
+        on_drop(name, dropped)

@@ -11,6 +11,11 @@ other (``compute.py``). ``window=ID`` computes exactly that window of one datase
 runner fans out from ``lakepub plan --format json``): an id that is not in the current plan is
 refused (exit 3), a window with nothing pending is a no-op.
 
+A rebuild table of a reconciled dataset built for a data version that is neither its published
+nor its desired one (its definition changed again, or was reverted, mid-rebuild: ``lakepub plan``
+lists it under ``abandoned_rebuilds``) is dropped from the catalog; its folder is then superseded
+and the janitor deletes it (``maintenance/superseded.py``). ``--window`` drops nothing.
+
 Cost: one plan per dataset (checksum records only) plus the windows' queries and commits; a
 worker process pays its imports and one schema resolution (~1 s) once.
 """
@@ -29,11 +34,12 @@ REBUILD_ROUNDS = 3  # a rebuild catches up with inputs that moved while it was b
 
 OnPlan = Callable[[DatasetPlan], None]
 OnWindow = Callable[[WindowResult], None]
+OnDrop = Callable[[str, list[str]], None]  # (dataset, the abandoned rebuild tables dropped)
 
 
 def reconcile(ws, names: list[str] | None = None, *, batching: Batching = Batching(), workers: int = 1,
               window: str | None = None, on_plan: OnPlan | None = None,
-              on_window: OnWindow | None = None) -> list[WindowResult]:
+              on_window: OnWindow | None = None, on_drop: OnDrop | None = None) -> list[WindowResult]:
     ctx = Context(ws)
     derived = ctx.graph.derived
     for name in names or ():
@@ -55,6 +61,12 @@ def reconcile(ws, names: list[str] | None = None, *, batching: Batching = Batchi
             if plan.blocked:
                 raise WindowRefused(f"{derived[name].path}: cannot reconcile {name}: {plan.blocked}; nothing was "
                                     "written for it")
+            if plan.abandoned:  # a definition changed again mid-rebuild: that build is of no version
+                from lakepub.derive.rebuild import drop_abandoned
+
+                dropped = drop_abandoned(ctx, name, plan.abandoned)
+                if on_drop and dropped:
+                    on_drop(name, dropped)
             expected = ctx.table(name).metadata_location if plan.rebuild else None
             for round in range(REBUILD_ROUNDS):
                 pool = _run_windows(ctx, name, [(w.id, w.pending) for w in plan.pending], workers, pool, results,

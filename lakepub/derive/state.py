@@ -11,7 +11,8 @@ For an output partition P of derived dataset D:
 
 P is *missing* (never computed), *stale* (another data version, or an input fingerprint that
 moved), an *orphan* (computed non-empty, but no input partition maps to it any more), or
-current; ``lookback: N`` recomputes the newest N candidates whatever their state. Candidates are
+current; ``lookback: N`` recomputes the newest N candidates whatever their state (the newest
+by label, the ``null`` partition never counting as one). Candidates are
 the output partitions the inputs' partitions map to: an input partitioned by the same column at
 the same or a finer time grain maps by label (``2025-10-03`` -> ``2025-10``); at a coarser grain
 P reads the one upstream partition its label falls in, and the candidates come from a
@@ -81,6 +82,7 @@ class DatasetPlan:
     windows: list[Window] = field(default_factory=list)
     blocked: str | None = None
     rebuild: str | None = None  # the table a new data version is built into offline (rebuild.py)
+    abandoned: list[str] = field(default_factory=list)  # rebuild tables of neither version (rebuild.py)
 
     @property
     def pending(self) -> list[Window]:
@@ -89,7 +91,8 @@ class DatasetPlan:
     def as_dict(self) -> dict[str, Any]:
         return {"dataset": self.dataset, "kind": self.kind, "current_version": self.current_version,
                 "desired_version": self.desired_version, "change": self.change, "reasons": self.reasons,
-                "blocked": self.blocked, "rebuild": self.rebuild, "pending_partitions": sum(len(w.pending) for w in self.windows),
+                "blocked": self.blocked, "rebuild": self.rebuild, "abandoned_rebuilds": self.abandoned,
+                "pending_partitions": sum(len(w.pending) for w in self.windows),
                 "windows": [w.as_dict() for w in self.pending]}
 
 
@@ -117,6 +120,15 @@ class Context:
         self.versions: dict[str, Version] = versions(self.graph, self.resolved)
         self._tables: dict[str, Any] = {}
         self._checksums: dict[str, dict[str, str]] = {}
+        self._rebuilds: dict[str, list[str]] | None = None
+
+    def rebuild_tables(self) -> dict[str, list[str]]:
+        """{dataset: its ``<dataset>__rebuild_<hex>`` tables in the catalog} (one listing, cached)."""
+        if self._rebuilds is None:
+            from lakepub.derive.rebuild import list_rebuilds
+
+            self._rebuilds = list_rebuilds(self.ws.catalog, self.ws.config.namespace)
+        return self._rebuilds
 
     def table(self, name: str):
         """The published table of ``name`` (None if never published)."""
@@ -143,6 +155,8 @@ class Context:
     def forget(self, name: str) -> None:
         self._tables.pop(name, None)
         self._checksums.pop(name, None)
+        if "__rebuild_" in name:  # created or dropped
+            self._rebuilds = None
 
     def partition_of(self, name: str) -> PartitionBy:
         spec = self.graph.base.get(name) or self.graph.derived[name]
@@ -246,8 +260,14 @@ def actual_state(table) -> tuple[dict[str, Actual], dict[str, Any] | None]:
 
 
 def plan_dataset(ctx: Context, name: str, batching: Batching = Batching()) -> DatasetPlan:
-    if name in ctx.graph.base:
-        return _plan_base(ctx, name)
+    from lakepub.derive.rebuild import abandoned_rebuilds
+
+    plan = _plan_base(ctx, name) if name in ctx.graph.base else _plan_derived(ctx, name, batching)
+    plan.abandoned = abandoned_rebuilds(ctx, name, plan.current_version, plan.desired_version)
+    return plan
+
+
+def _plan_derived(ctx: Context, name: str, batching: Batching) -> DatasetPlan:
     spec = ctx.graph.derived[name]
     desired = ctx.versions[name]
     table = ctx.table(name)
@@ -285,8 +305,9 @@ def plan_dataset(ctx: Context, name: str, batching: Batching = Batching()) -> Da
         labels = sorted(candidates(ctx, spec) | set(actual))
         desired_fp = {label: fingerprint(ctx, spec, label) for label in labels}
     # Lookback is for late data in routine runs: a rebuild computes every partition once anyway.
-    lookback = set(sorted(desired_fp)[-spec.lookback:]) if spec.lookback and labels != [WHOLE] and not plan.rebuild \
-        else set()
+    # The newest N non-null labels: "null" (rows whose partition column is null) sorts last.
+    lookback = set([label for label in sorted(desired_fp) if label != "null"][-spec.lookback:]) \
+        if spec.lookback and labels != [WHOLE] and not plan.rebuild else set()
     why: dict[str, str] = {}
     for label in labels:
         have = actual.get(label)
