@@ -28,7 +28,7 @@ from __future__ import annotations
 import random
 import time
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 import pyarrow as pa
@@ -39,22 +39,22 @@ from pyiceberg.table import Table, Transaction
 from lakepub import logs, positions
 from lakepub.config import EntityGroup
 from lakepub.contract import gates
-from lakepub.contract.model import Contract
 from lakepub.errors import (
     BlockedError, CommitContention, ConfigError, ForeignChange, GateRefused, InvalidPosition, OutcomeUnknown,
     PayloadConflict, StaleStart,
 )
 from lakepub.faults import fault_point
-from lakepub.identity import BatchIdentity, canonical, events_digest, fingerprint
+from lakepub.identity import BatchIdentity, fingerprint
 from lakepub.positions import Vector
 from lakepub.publish import evolution, gating
+from lakepub.publish.batch import PreparedBatch, PublishResult, prepare  # noqa: F401 - re-exported
 from lakepub.publish.datasets import DatasetWriter, Rewrite
 from lakepub.publish.guards import check_contract
 from lakepub.publish.ledger_append import ledger_rows, stage_ledger
 from lakepub.publish.lookup import LedgerLookup
 from lakepub.publish.rebase import ledger_files_added_since, touches_entities
 from lakepub.publish.states import live_states
-from lakepub.publish.versioning import BatchSide, Change, Shape, prepare_batch, project
+from lakepub.publish.versioning import Change, Shape, project
 from lakepub.store import audit, key_index
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode
 from lakepub.store.files import FileWriter
@@ -68,54 +68,6 @@ if TYPE_CHECKING:  # a publish on the key-index path never opens DuckDB: importe
     from lakepub.store.cache import FileCache
 
 Latest = tuple  # (Snapshot, PublishRecord) of a dataset's newest record, or None
-
-
-@dataclass(frozen=True)
-class PreparedBatch:
-    """A batch's events in canonical order, their digest and the batch side of the projection
-    (``prepare``)."""
-
-    events: pa.Table
-    digest: str
-    side: BatchSide  # of the events the publish gates accept (all of them without gates)
-    verdict: gates.Verdict | None = None  # None: the contract declares no gate
-
-
-def prepare(events: pa.Table, contract: Contract) -> PreparedBatch:
-    """Everything of a publish that needs no table: sort the events canonically, digest them, and
-    compute the batch side of the projection (``Workspace.run`` prepares the next batch in its
-    read-ahead thread while the current one publishes)."""
-    events = canonical(events, contract)  # sorted once: the digest and the projection both need it
-    gate = gates.Gates.of(contract)  # None (a cached lookup) for a contract without constraints to check
-    verdict = gate.apply(events) if gate is not None else None
-    accepted = verdict.accepted if verdict is not None else events
-    return PreparedBatch(events, events_digest(events, contract, is_canonical=True),
-                         prepare_batch(accepted, Shape.of(contract)), verdict)
-
-
-@dataclass(frozen=True)
-class PublishResult:
-    """One batch's outcome: ``status`` (published / already-published), the snapshot of the
-    dataset named, the batch identity, positions, counts and the partitions rewritten."""
-
-    status: str  # "published" or "already-published"
-    dataset: str
-    batch_id: str
-    snapshot_id: int | None
-    source: str
-    start: Vector
-    end: Vector
-    positions: dict[str, Vector]
-    counts: Counts
-    partitions: list[str] = field(default_factory=list)
-    attempts: int = 1
-    datasets: dict[str, list[str]] = field(default_factory=dict)  # every dataset moved -> its rewritten partitions
-
-    def as_dict(self) -> dict[str, object]:
-        """JSON-ready form (``lakepub publish --format json``)."""
-        out = asdict(self)
-        out["counts"] = asdict(self.counts)
-        return out
 
 
 class Publisher:
