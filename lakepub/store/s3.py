@@ -171,12 +171,13 @@ class _DiskTee(_Tee):
     def close(self) -> None:
         try:
             self._stream.close()
+            size = self._copy.tell()  # not a stat of the final copy: another process may evict it at once
             self._copy.close()
             os.replace(self._tmp, self._final)
         finally:
             self._copy.close()
             self._tmp.unlink(missing_ok=True)
-        self._disk.added(self._final.stat().st_size, keep={self._final})
+        self._disk.added(size, keep={self._final})
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         if exc_type is None:
