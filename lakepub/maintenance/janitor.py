@@ -44,7 +44,7 @@ from lakepub.maintenance.expiry import (ExpiryConflict, ExpiryPlan, ancestry, ba
 from lakepub.maintenance.filestore import FileInfo, FileStore, filestore_for, normalize
 from lakepub.maintenance.orphans import check_listing, check_not_nested, classify
 from lakepub.maintenance.reachability import Progress, Reachability, live_partition_labels
-from lakepub.maintenance.superseded import SupersededFolder, sweep
+from lakepub.maintenance.superseded import SupersededFolder, sweep, table_locations
 from lakepub.store.audit import AUDIT_TABLE
 from lakepub.store.layout import ledger_id, summary_id
 from lakepub.store.rejects import rejects_id
@@ -202,17 +202,6 @@ def run_janitor(ws: Workspace, datasets: Sequence[str] = (), options: JanitorOpt
     superseded = sweep(catalog, ws.config.namespace, names, ws.config.catalog, now=now, grace=options.grace,
                        dry_run=options.dry_run, cache=cache)
     return JanitorReport(now, options, tables, retired, superseded)
-
-
-def table_locations(catalog: Catalog, namespace: str) -> dict[str, str]:
-    """{table name: location} of every table in the namespace."""
-    out = {}
-    for ident in catalog.list_tables(namespace):
-        try:
-            out[".".join(ident)] = catalog.load_table(ident).location()
-        except NoSuchTableError:  # dropped meanwhile
-            continue
-    return out
 
 
 def _prepare(catalog: Catalog, target: Target, props: dict[str, str], cache: dict[str, FileStore],

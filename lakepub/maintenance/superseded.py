@@ -74,15 +74,22 @@ class SupersededFolder:
         return asdict(self)
 
 
+def table_locations(catalog: Catalog, namespace: str | tuple[str, ...]) -> dict[str, str]:
+    """{table name: location} of every table in the namespace (the janitor's table list too)."""
+    out = {}
+    for ident in catalog.list_tables(namespace):
+        try:
+            out[".".join(ident)] = catalog.load_table(ident).location()
+        except NoSuchTableError:  # dropped meanwhile
+            continue
+    return out
+
+
 def catalog_locations(catalog: Catalog) -> dict[str, str]:
     """{table name: location} of every table of every namespace of the catalog."""
     out: dict[str, str] = {}
     for namespace in catalog.list_namespaces():
-        for ident in catalog.list_tables(namespace):
-            try:
-                out[".".join(ident)] = catalog.load_table(ident).location()
-            except NoSuchTableError:  # dropped meanwhile
-                continue
+        out.update(table_locations(catalog, namespace))
     return out
 
 
