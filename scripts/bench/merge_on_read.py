@@ -60,9 +60,9 @@ PAYLOAD = ["country", "plan", "mrr_cents", "seats", "email", "signup_day"]
 SCAN = "SELECT count(*), sum(mrr_cents), sum(seats), max(email), min(signup_day), count(DISTINCT country), max(plan), sum(customer_id), max(tenant) FROM {src}"
 
 
-def make_batches(events: int, customers: int, max_batch: int, seed: int) -> list[pa.Table]:
+def make_batches(events: int, customers: int, max_batch: int, seed: int, start_version: int = 0) -> list[pa.Table]:
     rng = np.random.default_rng(seed)
-    versions = np.zeros(customers, dtype=np.int64)
+    versions = np.full(customers, start_version, dtype=np.int64)
     out = []
     for lo in range(0, events, max_batch):
         n = min(max_batch, events - lo)
@@ -91,6 +91,42 @@ def make_batches(events: int, customers: int, max_batch: int, seed: int) -> list
         })
         out.append(table.take(pa.array(rng.permutation(n))))
     return out
+
+
+def full_state(customers: int, seed: int) -> pa.Table:
+    """One event (version 1) for each of ``customers`` customers: a table of that many live rows."""
+    rng = np.random.default_rng(seed)
+    ids = np.arange(customers, dtype=np.int64)
+    return pa.table({
+        "tenant": pa.array(np.array(["acme", "globex", "initech", "umbrella"])[ids % 4]), "customer_id": pa.array(ids),
+        "version": pa.array(np.ones(customers, dtype=np.int64)),
+        "country": pa.array(np.array(["FR", "DE", "US", "JP", "BR"])[rng.integers(0, 5, customers)]),
+        "plan": pa.array(np.array(["free", "basic", "pro", "enterprise"])[rng.integers(0, 4, customers)]),
+        "mrr_cents": pa.array(rng.integers(0, 100_000, customers), pa.int64()),
+        "seats": pa.array(rng.integers(1, 500, customers), pa.int32()),
+        "email": pa.array(np.char.add("u", ids.astype(str))),
+        "signup_day": pa.array(rng.integers(18000, 20000, customers), pa.int32()).cast(pa.date32()),
+        "deleted": pa.array(np.zeros(customers, dtype=bool)),
+    })
+
+
+def scale_run(folder: Path, rows: int, changes: int, seed: int, repeats: int = 2) -> tuple[float, list[float]]:
+    """(build seconds, per-publish seconds): a merge-on-read table of ``rows`` live rows built by
+    one publish, then ``repeats`` publishes of ``changes`` events each (updates of random existing
+    customers, ~2% deletes), timed one by one in the same process."""
+    ws = lakepub_workspace(folder, "merge-on-read")
+    t0 = time.perf_counter()
+    ws.publish("customers_current", full_state(rows, seed), start={}, end={"p0": rows})
+    build = time.perf_counter() - t0
+    c.log(f"scale {rows:,}: build {build:.1f} s")
+    position, times = rows, []
+    for batch in make_batches(changes * repeats, rows, changes, seed + 2, start_version=1):
+        t0 = time.perf_counter()
+        ws.publish("customers_current", batch, start={"p0": position}, end={"p0": position + batch.num_rows})
+        times.append(time.perf_counter() - t0)
+        position += batch.num_rows
+        c.log(f"scale {rows:,}: {changes:,}-event publish {times[-1]:.2f} s")
+    return build, times
 
 
 def lakepub_workspace(folder: Path, mode: str):
@@ -175,7 +211,12 @@ def main() -> None:
     p.add_argument("--customers", type=int, help="distinct customers (default: events / 2)")
     p.add_argument("--skip-upsert", action="store_true", help="do not run the pyiceberg upsert baseline")
     p.add_argument("--skip-cow", action="store_true", help="do not run lakepub copy-on-write")
+    p.add_argument("--scale", metavar="ROWS,ROWS", help="instead: one --scale-changes publish into merge-on-read "
+                   "tables of these many live rows, e.g. 1000000,10000000 (each built by one publish)")
+    p.add_argument("--scale-changes", type=int, default=100_000, help="events of a --scale publish (default 100,000)")
     args = p.parse_args()
+    if args.scale:
+        return scale(args)
     events = args.events or (3_000 if args.quick else 1_000_000)  # quick: the upsert grows per batch
     max_batch = args.max_batch or (1_000 if args.quick else 100_000)
     customers = args.customers or max(1, events // 2)
@@ -254,6 +295,27 @@ def main() -> None:
                      f"plain Parquet {plain_s * 1000:.1f} ms: {s / plain_s:.2f}x")
         r.figures["reads"] = [{"delete_files": n, "ms": s * 1000, "plain_ms": p * 1000} for n, s, p in reads]
         assert con.execute(f"SELECT count(*) FROM {duck.scan_sql(table.metadata_location)}").fetchone()[0] == live.num_rows
+    r.emit(args)
+
+
+def scale(args) -> None:
+    """Issue 12 (b): a 100k-change publish into a 10M-row current table vs into a 1M-row one."""
+    sizes = [int(x) for x in args.scale.split(",")]
+    r = c.Report("merge_on_read_scale", "one merge-on-read publish into current tables of growing size", args.quick,
+                 params={"rows": sizes, "changes": args.scale_changes, "partition": "bucket(16, customer_id)",
+                         "fields": 10, "seed": args.seed})
+    sys.path.insert(0, str(c.REPO))
+    with c.scratch(args, "merge_on_read_scale") as work:
+        scale_run(work / "warm", 2_000, 1_000, args.seed)  # imports, pools and caches
+        results = {n: scale_run(work / f"rows-{n}", n, args.scale_changes, args.seed) for n in sizes}
+    r.section(f"one {args.scale_changes:,}-event publish (updates spread over every bucket) into a table of N rows")
+    for n, (build, times) in results.items():
+        r.figure(f"build_{n}_s", build, f"{n:,} rows: the build (one publish)", "s")
+        r.figure(f"publish_{n}_s", statistics.mean(times), f"{n:,} rows: publish (mean of {len(times)})", "s",
+                 ", ".join(f"{t:.2f}" for t in times))
+    small, large = sizes[0], sizes[-1]
+    ratio = statistics.mean(results[large][1]) / statistics.mean(results[small][1])
+    r.target(f"publish into {large:,} rows / into {small:,} rows", ratio, "<=", 1.3)
     r.emit(args)
 
 
