@@ -57,6 +57,7 @@ _ROW = "_lakepub_row"
 # A partition holding this many delete files is rewritten whole by the next publish that changes
 # it (README "Merge-on-read": DuckDB's scan time grows with the live delete files).
 MAX_DELETE_FILES = 8
+_MAX_CHUNKS = 16  # a partition's kept rows are copied into one chunk once they span more chunks
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,10 @@ def merged(state: PublishedState, change: Delta, values: frozenset[Any]) -> dict
         if value in change.keep:
             kept = kept.filter(pa.array(change.keep[value]))
         added = change.added.get(value)
-        out[value] = pa.concat_tables([kept, added]).combine_chunks() if added is not None else kept
+        if added is not None:
+            kept = pa.concat_tables([kept, added])  # no copy: the chunks are combined only when many
+            kept = kept.combine_chunks() if kept.column(0).num_chunks > _MAX_CHUNKS else kept
+        out[value] = kept
     return out
 
 
