@@ -26,15 +26,8 @@ published location changes; a file that does not match is ignored and the snapsh
 again). A metadata file that no pointer names (a commit that crashed before its swap) is never
 looked at: the location always comes from the catalog's current pointer.
 
-Live position delete files (merge-on-read, ``publish/merge_on_read.py``) are applied by the view
-itself: the data files are read with DuckDB's ``filename`` and ``file_row_number`` columns and
-anti-joined with the delete files' ``(file_path, pos)`` rows (``_with_deletes``; paths compared
-without a ``file://`` scheme, which DuckDB drops from ``filename``). A position delete names one
-data file by path and Iceberg paths are never reused, so this is Iceberg's rule for position
-deletes. Measured against ``iceberg_scan`` on the same table (README "Merge-on-read").
-
 When the shortcut would not be exact the view stays an ``iceberg_scan`` (``Resolution.fallback``
-says why): an equality delete file or a delete file that is not Parquet, a data
+says why): a live delete file (merge-on-read: position or equality deletes must apply), a data
 file that is not Parquet, a column type without a plain DuckDB equivalent (nested, uuid, fixed,
 nanosecond timestamps), an ``initial-default`` (v3), a name mapping (files without field ids),
 an identity partition column a file may not hold (its manifest entry has no metrics for it), or
@@ -66,14 +59,13 @@ from pyiceberg.types import (BinaryType, BooleanType, DateType, DecimalType, Dou
 from lakepub import duck
 from lakepub.store.integrity import check_scannable, manifest_entries
 
-CACHE_FORMAT = 3  # 3: the position delete files too
+CACHE_FORMAT = 2
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
 _DUCK_TYPES = {BooleanType: "BOOLEAN", IntegerType: "INTEGER", LongType: "BIGINT", FloatType: "FLOAT",
                DoubleType: "DOUBLE", DateType: "DATE", TimeType: "TIME", TimestampType: "TIMESTAMP",
                TimestamptzType: "TIMESTAMPTZ", StringType: "VARCHAR", BinaryType: "BLOB"}
 _MEMO: OrderedDict[str, "Resolution"] = OrderedDict()  # metadata location -> resolution
 _MEMO_SIZE = 256
-_FILE = "_lakepub_file"  # the data file column of a view applying position deletes
 _LOCK = threading.Lock()
 
 
@@ -87,32 +79,18 @@ class Resolution:
     columns: tuple[tuple[int, str, str], ...] = ()  # (field id, name, DuckDB type), in schema order
     fallback: str | None = None  # why the view is an iceberg_scan; None: plain Parquet
     by_name: bool = False  # every file was written with the current schema: no mapping by id needed
-    deletes: tuple[str, ...] = ()  # live position delete files (Parquet), applied by the view
 
     def table_sql(self) -> str:
         """An SQL table expression reading the snapshot."""
         if self.fallback is not None:
             return duck.scan_sql(self.metadata_location, self.snapshot_id)
         paths = ", ".join(f"'{_q(f)}'" for f in self.files)
-        extra = f", filename='{_FILE}', file_row_number=true" if self.deletes else ""
         if self.by_name:
-            scan = f"read_parquet([{paths}], hive_partitioning=false{extra})"
-        else:
-            fields = ", ".join(f"{fid}: {{name: '{_q(name)}', type: '{dtype}', default_value: NULL}}"
-                               for fid, name, dtype in self.columns)
-            # The columns come out in the MAP's order (the schema's); folder names are not columns.
-            scan = f"read_parquet([{paths}], schema=MAP {{{fields}}}, hive_partitioning=false{extra})"
-        return self._with_deletes(scan) if self.deletes else scan
-
-    def _with_deletes(self, scan: str) -> str:
-        """``scan`` (with the file name and row number columns) without the rows the position
-        delete files name."""
-        deletes = ", ".join(f"'{_q(f)}'" for f in self.deletes)
-        return (f"(SELECT * EXCLUDE ({_FILE}, file_row_number) FROM {scan} AS _lakepub_data "
-                f"ANTI JOIN read_parquet([{deletes}], hive_partitioning=false) AS _lakepub_deletes "
-                f"ON regexp_replace(_lakepub_data.{_FILE}, '^file://', '') = "
-                f"regexp_replace(_lakepub_deletes.file_path, '^file://', '') "
-                f"AND _lakepub_data.file_row_number = _lakepub_deletes.pos)")
+            return f"read_parquet([{paths}], hive_partitioning=false)"
+        fields = ", ".join(f"{fid}: {{name: '{_q(name)}', type: '{dtype}', default_value: NULL}}"
+                           for fid, name, dtype in self.columns)
+        # The columns come out in the MAP's order (the schema's); folder names are not columns.
+        return f"read_parquet([{paths}], schema=MAP {{{fields}}}, hive_partitioning=false)"
 
     def view_sql(self, view: str) -> str:
         return f"CREATE OR REPLACE TEMP VIEW {duck.name(view)} AS SELECT * FROM {self.table_sql()}"
@@ -137,10 +115,9 @@ def resolve(table: Table, cache_dir: Path | None = None) -> Resolution:
         if cached is None:
             resolution = _plan(table, resolution)
             if resolution.fallback is None:
-                _store_files(table, cache_dir, resolution.files, resolution.by_name, resolution.deletes)
+                _store_files(table, cache_dir, resolution.files, resolution.by_name)
         else:
-            resolution = Resolution(location, resolution.snapshot_id, cached[0], resolution.columns, by_name=cached[1],
-                                    deletes=cached[2])
+            resolution = Resolution(location, resolution.snapshot_id, cached[0], resolution.columns, by_name=cached[1])
     elif table.current_snapshot() is not None:
         check_scannable(table)  # DuckDB will plan it: a bad manifest must not abort the process
     with _LOCK:
@@ -178,8 +155,6 @@ def _plan(table: Table, columns: Resolution) -> Resolution:
     snapshot = table.current_snapshot()
     fallback = None if snapshot is not None else "no snapshot"
     files: list[str] = []
-    deletes: list[str] = []
-    reserved = {_FILE, "file_row_number"} & {name for _, name, _ in columns.columns}  # cannot apply deletes
     schema_ids: set[int | None] = set()  # the schemas current when the files were added
     identity = {spec_id: [f.source_id for f in spec.fields if isinstance(f.transform, IdentityTransform)]
                 for spec_id, spec in table.specs().items()}
@@ -189,10 +164,7 @@ def _plan(table: Table, columns: Resolution) -> Resolution:
         data = entry.data_file
         if fallback is not None:
             continue
-        if manifest.content == ManifestContent.DELETES and data.content == DataFileContent.POSITION_DELETES \
-                and data.file_format == FileFormat.PARQUET and not reserved:
-            deletes.append(data.file_path)
-        elif manifest.content != ManifestContent.DATA or data.content != DataFileContent.DATA:
+        if manifest.content != ManifestContent.DATA or data.content != DataFileContent.DATA:
             fallback = f"delete files ({data.content.name.lower()}, e.g. {data.file_path})"
         elif data.file_format != FileFormat.PARQUET:
             fallback = f"a {data.file_format.name} data file ({data.file_path})"
@@ -211,8 +183,7 @@ def _plan(table: Table, columns: Resolution) -> Resolution:
     # One schema ever: every file has it. Otherwise the snapshots that added the files say which
     # schema was current (an expired one is unknown: mapped by id).
     by_name = len(table.metadata.schemas) == 1 or schema_ids == {table.metadata.current_schema_id}
-    return Resolution(columns.metadata_location, columns.snapshot_id, tuple(files), columns.columns, by_name=by_name,
-                      deletes=tuple(deletes))
+    return Resolution(columns.metadata_location, columns.snapshot_id, tuple(files), columns.columns, by_name=by_name)
 
 
 # --- the on-disk cache ---------------------------------------------------------------------------
@@ -227,9 +198,9 @@ def _under_table(table: Table, files: list[str] | tuple[str, ...]) -> bool:
     return all(isinstance(f, str) and f.startswith(folder) for f in files)
 
 
-def _cached_files(table: Table, cache_dir: Path | None) -> tuple[tuple[str, ...], bool, tuple[str, ...]] | None:
-    """The files (``by_name``, the delete files) another process resolved for this very metadata
-    location, if it left them."""
+def _cached_files(table: Table, cache_dir: Path | None) -> tuple[tuple[str, ...], bool] | None:
+    """The files (and ``by_name``) another process resolved for this very metadata location, if
+    it left them."""
     if cache_dir is None:
         return None
     try:
@@ -237,25 +208,22 @@ def _cached_files(table: Table, cache_dir: Path | None) -> tuple[tuple[str, ...]
         if (record.get("format") == CACHE_FORMAT and record.get("metadata_location") == table.metadata_location
                 and record.get("snapshot_id") == table.metadata.current_snapshot_id
                 and record.get("files") and _under_table(table, record["files"])
-                and isinstance(record.get("by_name"), bool) and isinstance(record.get("deletes"), list)
-                and _under_table(table, record["deletes"])):
-            return tuple(record["files"]), record["by_name"], tuple(record["deletes"])
+                and isinstance(record.get("by_name"), bool)):
+            return tuple(record["files"]), record["by_name"]
     except (OSError, ValueError, AttributeError, TypeError):
         pass  # no cache, or not one we wrote: plan the snapshot
     return None
 
 
-def _store_files(table: Table, cache_dir: Path | None, files: tuple[str, ...], by_name: bool,
-                 deletes: tuple[str, ...] = ()) -> None:
+def _store_files(table: Table, cache_dir: Path | None, files: tuple[str, ...], by_name: bool) -> None:
     """Best effort (a read-only workspace still reads); written atomically, last writer wins.
     Files outside the table's folder (``write.data.path``) are not cached: a record naming them
     could not be told from a tampered one."""
-    if cache_dir is None or not _under_table(table, files) or not _under_table(table, deletes):
+    if cache_dir is None or not _under_table(table, files):
         return
     target = _cache_file(table, cache_dir)
     record = {"format": CACHE_FORMAT, "metadata_location": table.metadata_location,
-              "snapshot_id": table.metadata.current_snapshot_id, "by_name": by_name, "files": list(files),
-              "deletes": list(deletes)}
+              "snapshot_id": table.metadata.current_snapshot_id, "by_name": by_name, "files": list(files)}
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         temporary = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}")

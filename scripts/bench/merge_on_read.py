@@ -13,8 +13,7 @@ of ``--max-batch`` (new customers, updates of random existing ones anywhere in t
 
 Then reads, DuckDB (iceberg extension), of the merge-on-read table: a full scan (every column
 aggregated) with its live delete files vs the same rows as one plain Parquet file, the read time
-after each publish vs its delete-file count (through ``iceberg_scan`` and through lakepub's view,
-which applies the position deletes itself), and the same scan after ``lakepub compact``'s fold.
+after each publish vs its delete-file count, and the same scan after ``lakepub compact``'s fold.
 ``--scale 1000000,10000000``: instead, one 100k-event publish into tables of those sizes.
 
 pyiceberg's upsert with a composite key builds one filter term per key and grows with the table
@@ -33,7 +32,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
@@ -240,9 +238,8 @@ def main() -> None:
             src = duck.scan_sql(table.metadata_location)
             plain_i = work / f"plain-{i}.parquet"
             pq.write_table(con.execute(f"SELECT * FROM {src}").to_arrow_table(), plain_i, row_group_size=122_880)
-            view = ws.published_views()["customers_current"]  # applies the deletes itself (lakepub/views.py)
             reads.append((delete_files(table), scan_time(con, src, reps=3),
-                          scan_time(con, f"read_parquet('{plain_i}')", reps=3), scan_time(con, view.table_sql(), reps=3)))
+                          scan_time(con, f"read_parquet('{plain_i}')", reps=3)))
 
         warm = make_batches(2_000, 1_000, 1_000, args.seed + 1)  # imports, pools and caches, for both modes
         run_lakepub(work / "warm-mor", "merge-on-read", warm)
@@ -291,17 +288,12 @@ def main() -> None:
         r.ratio("view_folded_vs_plain", view_ms, plain_ms, "view after the fold / plain Parquet")
         worst = max(reads, key=lambda x: x[1] / x[2])
         r.target(f"iceberg_scan with {worst[0]} delete files / plain (worst publish)", worst[1] / worst[2], "<=", 1.3)
-        worst_view = max(reads, key=lambda x: x[3] / x[2])
-        r.target(f"view with {worst_view[0]} delete files / plain (worst publish)", worst_view[3] / worst_view[2],
-                 "<=", 1.3)
         r.target("view after fold / plain", view_ms / plain_ms, "<=", 1.05)
         r.section("DuckDB full scan after each publish vs live delete files")
-        for i, (n, s, plain_s, view_s) in enumerate(reads):
+        for i, (n, s, plain_s) in enumerate(reads):
             r.figure(f"scan_after_publish_{i + 1}_ms", s * 1000, f"after publish {i + 1}: {n} delete files", "ms",
-                     f"plain Parquet {plain_s * 1000:.1f} ms: iceberg_scan {s / plain_s:.2f}x, "
-                     f"view {view_s * 1000:.1f} ms: {view_s / plain_s:.2f}x")
-        r.figures["reads"] = [{"delete_files": n, "ms": s * 1000, "plain_ms": p * 1000, "view_ms": v * 1000}
-                              for n, s, p, v in reads]
+                     f"plain Parquet {plain_s * 1000:.1f} ms: {s / plain_s:.2f}x")
+        r.figures["reads"] = [{"delete_files": n, "ms": s * 1000, "plain_ms": p * 1000} for n, s, p in reads]
         assert con.execute(f"SELECT count(*) FROM {duck.scan_sql(table.metadata_location)}").fetchone()[0] == live.num_rows
     r.emit(args)
 
