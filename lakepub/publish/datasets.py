@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from concurrent.futures import Future
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.manifest import DataFile
@@ -141,7 +142,8 @@ class DatasetWriter:
         added = split(changes.filter(pc.equal(signs, 1)).select(self.schema.names).cast(self.schema),
                       self.spec.partition)
         if delta is not None:
-            removed = {v: state.rows[v].filter(pa.array(~keep)) for v, keep in delta.keep.items() if v in state.rows}
+            # a take of the few replaced rows, not a filter pass over the partition (0.28 s at 10M rows)
+            removed = {v: state.rows[v].take(np.flatnonzero(~keep)) for v, keep in delta.keep.items() if v in state.rows}
         else:  # one semi join over the affected partitions (a row's partition is in its columns)
             before = state.rows_of(values)
             hit = before.join(changes.select(list(self._key)), keys=list(self._key), join_type="left semi",
