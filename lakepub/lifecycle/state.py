@@ -106,13 +106,15 @@ def dataset_state(ws, dataset: str) -> DatasetState:
             versions[snapshot.snapshot_id] = data_version_of(table, spec, snapshot, record)
         return versions[snapshot.snapshot_id]
 
+    from lakepub.projection.checksum import is_empty  # v1 (a prefix of ``empty``) or v2 (zero)
+
     partitions: dict[str, PartitionState] = {}
     for snapshot, record in history:
         for label, checksum in record.checksums.items():
             if label not in partitions:
                 partitions[label] = PartitionState(
                     label, checksum, version_of(snapshot, record), snapshot.snapshot_id, iso(snapshot.timestamp_ms),
-                    empty is not None and empty.startswith(checksum))
+                    empty is not None and is_empty(checksum, empty))
     newest = history[0] if history else None
     foreign = foreign_head(table)
     readiness, note = "published", None

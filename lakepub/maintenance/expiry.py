@@ -42,7 +42,8 @@ from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID, TableRe
 from pyiceberg.table.update.snapshot import ExpireSnapshots, ManageSnapshots
 from sqlalchemy.exc import OperationalError
 
-from lakepub.identity import checksum_matches, partition_checksum
+from lakepub.identity import partition_checksum
+from lakepub.projection.checksum import is_empty
 from lakepub.maintenance.durations import DEFAULT_RETAIN_LAST  # with the janitor's other defaults
 from lakepub.store.record import lineage
 from lakepub.store.version_hint import write_version_hint
@@ -141,7 +142,7 @@ def plan_expiry(metadata: TableMetadata, *, now_ms: int, older_than_ms: int, ret
                 if label in seen:
                     continue
                 seen.add(label)
-                if label in live_labels or not checksum_matches(checksum, _EMPTY_PARTITION):
+                if label in live_labels or not is_empty(checksum, _EMPTY_PARTITION):
                     chosen.setdefault(snapshot.snapshot_id, []).append(label)
                     missing.discard(label)
         for snapshot_id, labels in chosen.items():

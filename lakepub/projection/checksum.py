@@ -30,6 +30,26 @@ them one by one: sha256 is a stream). Measured on this VM (scripts/bench/project
 2 shared cores): ~1.4 µs per row for 100k rows x 8 mixed columns (string escaping, the joins of
 the rendered fields and the 9-key sort dominate), ~0.5 µs per row for the 1,080-row orders table
 (identity.py's per-row version: ~1.1 µs); a per-row Python rendering cost 2.3 and 17 µs.
+
+Version 2, the incrementally updatable checksum (``multiset_checksum``, strings ``v2:`` + 32 hex
+digits). The sorted stream above must be rehashed whole whenever one row changes, so every
+publish paid for every row of every partition it touched (~0.5 s per 424k rows, the same for
+merge-on-read as for copy-on-write). Version 2 is a multiset hash: the sum, modulo 2^128, of a
+128-bit hash of each row (BLAKE2b with a 16-byte digest, personalised ``lakepub-row-v2``, of the
+row rendered exactly as above, without a length prefix: a row is the whole input). Addition
+commutes, so it is order-independent by construction (no sort), and a publish updates a
+partition's checksum from its previous value with only the rows it removes and adds
+(``updated``): the cost follows the batch, not the partition. Strength: for a corrupted or
+wrongly merged partition, a false match needs the sums of two different multisets of 128-bit
+hashes to agree, chance ~2^-128 for accidental changes (it is not a MAC, nor is version 1). Row
+multiplicity counts (a duplicated row adds its hash twice). Measured (2 shared cores): ~0.45 µs
+per row for the hashes (a Python loop over BLAKE2b; sha256 0.5 µs, DuckDB's md5 0.3 µs but loads
+DuckDB into the publish path) plus the rendering ~0.5 µs per row for 10 mixed columns: a full
+computation costs about what version 1 does; an update costs that per changed row only.
+
+Versions live in the checksum strings: a version 1 record is 16 (or 64) hex digits, a version 2
+one starts ``v2:``; ``checksum_of(recorded, rows)`` computes the one a record uses, so snapshots
+recorded by earlier code keep verifying. Publishes of ``current`` datasets record version 2.
 """
 
 from __future__ import annotations
@@ -44,6 +64,9 @@ import pyarrow.compute as pc
 from lakepub import identity
 
 SEED = b"lakepub-partition-v1"
+V2 = "v2:"
+_MOD = 1 << 128
+_PERSON = b"lakepub-row-v2"
 _TIE = "__lakepub_rendered__"
 
 
@@ -68,6 +91,50 @@ def partition_checksum(rows: pa.Table) -> str:
     order = pc.sort_indices(table, sort_keys=keys + [(_TIE, "ascending")])
     h.update(_length_prefixed(rendered.take(order).combine_chunks()))
     return h.hexdigest()
+
+
+def multiset_sum(rows: pa.Table) -> int:
+    """Version 2: the sum modulo 2^128 of the rows' 128-bit BLAKE2b hashes (0 for no rows)."""
+    if rows.num_rows == 0:
+        return 0
+    rows = rows.combine_chunks()
+    rendered = pc.binary_join_element_wise(*[render(col) for col in rows.columns], "|")
+    blake = hashlib.blake2b
+    digests = b"".join([blake(r, digest_size=16, person=_PERSON).digest()
+                        for r in rendered.cast(pa.binary()).to_pylist()])
+    limbs = np.frombuffer(digests, dtype="<u4").reshape(-1, 4).sum(axis=0, dtype=np.uint64)  # < 2^32 rows
+    return sum(int(limb) << (32 * i) for i, limb in enumerate(limbs)) % _MOD
+
+
+def multiset_checksum(rows: pa.Table) -> str:
+    """Version 2 checksum of a partition's rows (any schema, any order): ``v2:`` + 32 hex digits."""
+    return format_v2(multiset_sum(rows))
+
+
+def format_v2(total: int) -> str:
+    return f"{V2}{total % _MOD:032x}"
+
+
+def updated(total: int, removed: pa.Table | None, added: pa.Table | None) -> int:
+    """A partition's version 2 sum after removing the rows ``removed`` (each must be one of its
+    rows) and adding ``added``: the sum of the resulting multiset, computed from the batch only."""
+    gone = multiset_sum(removed) if removed is not None else 0
+    new = multiset_sum(added) if added is not None else 0
+    return (total - gone + new) % _MOD
+
+
+def is_v2(checksum: str) -> bool:
+    return checksum.startswith(V2)
+
+
+def checksum_of(recorded: str, rows: pa.Table) -> str:
+    """The checksum of ``rows`` in the version ``recorded`` was written with (to compare them)."""
+    return multiset_checksum(rows) if is_v2(recorded) else partition_checksum(rows)
+
+
+def is_empty(recorded: str, empty: str) -> bool:
+    """Whether ``recorded`` is the checksum of an empty partition (``empty``: version 1's)."""
+    return recorded == format_v2(0) if is_v2(recorded) else (len(recorded) >= 16 and empty.startswith(recorded))
 
 
 def render(column: pa.ChunkedArray) -> pa.ChunkedArray:

@@ -6,6 +6,11 @@ rows (``Kind.changes``), merges them into the current rows of the partitions the
 (``Kind.apply``) and replaces those partitions' files. Only partitions holding a changed row are
 rewritten; an entity that moves to another partition retracts from the old one and adds to the
 new one in the same commit. Each rewritten partition's checksum is recorded (its first 64 bits).
+A ``current`` dataset records the version 2 checksum instead (``projection/checksum.py``: a sum
+of row hashes), updated from the partition's previous sum with only the rows the batch removes
+and adds (``_sums``), in both write modes: a publish no longer rehashes the partitions it touches.
+The previous sums are kept with the published state (computed from its rows once per process for
+a partition, when first needed).
 
 A ``current`` dataset with ``write_mode: merge-on-read`` writes only the changed rows and
 position deletes of the rows they replace (``publish/merge_on_read.py``); its checksums are the
@@ -22,13 +27,17 @@ from dataclasses import dataclass
 from concurrent.futures import Future
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 
 from lakepub.config import DatasetSpec
 from lakepub.identity import RECORDED_CHECKSUM_HEX
+from lakepub.projection import checksum
 from lakepub.projection.checksum import partition_checksum
+from lakepub.projection.current import CHANGE_SIGN, Current
 from lakepub.publish import merge_on_read, published_state
 from lakepub.publish.guards import check_definition, check_file_specs, check_foreign, check_schemas
 from lakepub.publish.published_state import PublishedState, split
@@ -45,6 +54,7 @@ class Rewrite:
     checksums: dict[str, str]  # partition label -> recorded checksum of its new rows
     partitions: list[str]  # labels, sorted
     delta: merge_on_read.Delta | None = None  # merge-on-read: what is written instead of ``rows``
+    sums: dict[Any, int] | None = None  # version 2 checksum sums of ``rows`` (``current`` datasets)
 
 
 class DatasetWriter:
@@ -116,8 +126,30 @@ class DatasetWriter:
         else:
             by_value = split(kind.apply(state.rows_of(values), changes), partition)
             rows = {v: by_value.get(v, self.schema.empty_table()) for v in values}
+        if isinstance(kind, Current):
+            sums = self._sums(state, changes, values, delta)
+            checksums = {partition.label(v): checksum.format_v2(total) for v, total in sums.items()}
+            return Rewrite(values, rows, checksums, sorted(checksums), delta, sums)
         checksums = {partition.label(v): partition_checksum(r)[:RECORDED_CHECKSUM_HEX] for v, r in rows.items()}
         return Rewrite(values, rows, checksums, sorted(checksums), delta)
+
+    def _sums(self, state: PublishedState, changes: pa.Table, values: frozenset[Any],
+              delta: merge_on_read.Delta | None) -> dict[Any, int]:
+        """Each partition's version 2 sum after the batch, from its sum before: minus the rows
+        the batch replaces (merge-on-read: the located rows it deletes; copy-on-write: the rows
+        whose key the change rows name, as ``Current.apply`` drops them), plus its new rows."""
+        signs = changes.column(CHANGE_SIGN)
+        added = split(changes.filter(pc.equal(signs, 1)).select(self.schema.names).cast(self.schema),
+                      self.spec.partition)
+        if delta is not None:
+            # a take of the few replaced rows, not a filter pass over the partition (0.28 s at 10M rows)
+            removed = {v: state.rows[v].take(np.flatnonzero(~keep)) for v, keep in delta.keep.items() if v in state.rows}
+        else:  # one semi join over the affected partitions (a row's partition is in its columns)
+            before = state.rows_of(values)
+            hit = before.join(changes.select(list(self._key)), keys=list(self._key), join_type="left semi",
+                              use_threads=False) if before.num_rows else before
+            removed = split(hit.select(self.schema.names), self.spec.partition)
+        return {v: checksum.updated(state.sum_of(v), removed.get(v), added.get(v)) for v in values}
 
     def rebuild(self, table: Table, states: pa.Table) -> Rewrite:
         """The whole table from the live states of every entity: every current partition replaced."""
@@ -179,8 +211,10 @@ class DatasetWriter:
             if self.merge_on_read and (state.located is not None or state.snapshot_id is None):
                 self._state = merge_on_read.after_commit(state, snapshot_id, rewrite.values, rewrite.rows, self._key,
                                                          data, deletes, rewrite.delta, rewrite.delta is None)
+                self._state.carry_sums(state, rewrite.values, rewrite.sums)
                 return snapshot_id
             self._state = None  # read again by the next publish
             return snapshot_id
         self._state = state.replaced(snapshot_id, set(rewrite.values), rewrite.rows, new_files)
+        self._state.carry_sums(state, rewrite.values, rewrite.sums)
         return snapshot_id

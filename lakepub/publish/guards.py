@@ -33,7 +33,7 @@ from pyiceberg.types import IcebergType, ListType, StructType
 from lakepub.config import DatasetSpec
 from lakepub.errors import DefinitionChanged, ForeignChange
 from lakepub.identity import checksum_matches
-from lakepub.projection.checksum import partition_checksum
+from lakepub.projection.checksum import checksum_of, partition_checksum
 from lakepub.projection.partitioning import PartitionBy
 from lakepub.publish import evolution
 from lakepub.publish.published_state import split
@@ -172,7 +172,9 @@ def partition_mismatches(recorded: Mapping[str, str], rows: pa.Table, partition:
     mismatches = []
     labels = sorted(set(recorded) | set(by_label))
     for label in labels:
-        actual = partition_checksum(by_label[label]) if label in by_label else partition_checksum(rows.slice(0, 0))
+        part = by_label[label] if label in by_label else rows.slice(0, 0)
+        # the version the record was written with (``projection/checksum.py``: v1 or ``v2:``)
+        actual = checksum_of(recorded[label], part) if label in recorded else partition_checksum(part)
         if label not in recorded:
             mismatches.append(f"partition {label}: has data but no recorded checksum")
         elif not checksum_matches(recorded[label], actual):

@@ -33,6 +33,25 @@ class PublishedState:
     # where each live row sits (its key columns, data file path and position); None: not tracked
     deletes: dict[Any, list[DataFile]] = field(default_factory=dict)
     located: dict[Any, pa.Table] | None = None
+    # version 2 checksum sums of partitions' rows (``projection/checksum.py``), a cache filled
+    # when first needed (``sum_of``) and carried to the next state for partitions a commit kept
+    sums: dict[Any, int] = field(default_factory=dict)
+
+    def sum_of(self, value: Any) -> int:
+        """The version 2 checksum sum of a partition's rows (computed once, then kept)."""
+        if value not in self.sums:
+            from lakepub.projection.checksum import multiset_sum
+
+            rows = self.rows.get(value)
+            self.sums[value] = multiset_sum(rows) if rows is not None else 0
+        return self.sums[value]
+
+    def carry_sums(self, before: "PublishedState", values: Iterable[Any], new: dict[Any, int] | None) -> None:
+        """After a commit that rewrote the partitions ``values``: the sums ``before`` held for
+        the others, and ``new`` (the rewritten partitions' sums, when the publish computed them)."""
+        changed = set(values)
+        self.sums.update({v: s for v, s in before.sums.items() if v not in changed})
+        self.sums.update(new or {})
 
     def rows_of(self, values: Iterable[Any]) -> pa.Table:
         tables = [self.rows[v] for v in values if v in self.rows]

@@ -14,6 +14,7 @@ of ``--max-batch`` (new customers, updates of random existing ones anywhere in t
 Then reads, DuckDB (iceberg extension), of the merge-on-read table: a full scan (every column
 aggregated) with its live delete files vs the same rows as one plain Parquet file, the read time
 after each publish vs its delete-file count, and the same scan after ``lakepub compact``'s fold.
+``--scale 1000000,10000000``: instead, one 100k-event publish into tables of those sizes.
 
 pyiceberg's upsert with a composite key builds one filter term per key and grows with the table
 (~40-50 s per 3,000-key batch once the table holds ~10k rows here), so the README's upsert ratio
@@ -31,7 +32,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import yaml
 
@@ -60,9 +60,9 @@ PAYLOAD = ["country", "plan", "mrr_cents", "seats", "email", "signup_day"]
 SCAN = "SELECT count(*), sum(mrr_cents), sum(seats), max(email), min(signup_day), count(DISTINCT country), max(plan), sum(customer_id), max(tenant) FROM {src}"
 
 
-def make_batches(events: int, customers: int, max_batch: int, seed: int) -> list[pa.Table]:
+def make_batches(events: int, customers: int, max_batch: int, seed: int, start_version: int = 0) -> list[pa.Table]:
     rng = np.random.default_rng(seed)
-    versions = np.zeros(customers, dtype=np.int64)
+    versions = np.full(customers, start_version, dtype=np.int64)
     out = []
     for lo in range(0, events, max_batch):
         n = min(max_batch, events - lo)
@@ -91,6 +91,42 @@ def make_batches(events: int, customers: int, max_batch: int, seed: int) -> list
         })
         out.append(table.take(pa.array(rng.permutation(n))))
     return out
+
+
+def full_state(customers: int, seed: int) -> pa.Table:
+    """One event (version 1) for each of ``customers`` customers: a table of that many live rows."""
+    rng = np.random.default_rng(seed)
+    ids = np.arange(customers, dtype=np.int64)
+    return pa.table({
+        "tenant": pa.array(np.array(["acme", "globex", "initech", "umbrella"])[ids % 4]), "customer_id": pa.array(ids),
+        "version": pa.array(np.ones(customers, dtype=np.int64)),
+        "country": pa.array(np.array(["FR", "DE", "US", "JP", "BR"])[rng.integers(0, 5, customers)]),
+        "plan": pa.array(np.array(["free", "basic", "pro", "enterprise"])[rng.integers(0, 4, customers)]),
+        "mrr_cents": pa.array(rng.integers(0, 100_000, customers), pa.int64()),
+        "seats": pa.array(rng.integers(1, 500, customers), pa.int32()),
+        "email": pa.array(np.char.add("u", ids.astype(str))),
+        "signup_day": pa.array(rng.integers(18000, 20000, customers), pa.int32()).cast(pa.date32()),
+        "deleted": pa.array(np.zeros(customers, dtype=bool)),
+    })
+
+
+def scale_run(folder: Path, rows: int, changes: int, seed: int, repeats: int = 2) -> tuple[float, list[float]]:
+    """(build seconds, per-publish seconds): a merge-on-read table of ``rows`` live rows built by
+    one publish, then ``repeats`` publishes of ``changes`` events each (updates of random existing
+    customers, ~2% deletes), timed one by one in the same process."""
+    ws = lakepub_workspace(folder, "merge-on-read")
+    t0 = time.perf_counter()
+    ws.publish("customers_current", full_state(rows, seed), start={}, end={"p0": rows})
+    build = time.perf_counter() - t0
+    c.log(f"scale {rows:,}: build {build:.1f} s")
+    position, times = rows, []
+    for batch in make_batches(changes * repeats, rows, changes, seed + 2, start_version=1):
+        t0 = time.perf_counter()
+        ws.publish("customers_current", batch, start={"p0": position}, end={"p0": position + batch.num_rows})
+        times.append(time.perf_counter() - t0)
+        position += batch.num_rows
+        c.log(f"scale {rows:,}: {changes:,}-event publish {times[-1]:.2f} s")
+    return build, times
 
 
 def lakepub_workspace(folder: Path, mode: str):
@@ -175,7 +211,16 @@ def main() -> None:
     p.add_argument("--customers", type=int, help="distinct customers (default: events / 2)")
     p.add_argument("--skip-upsert", action="store_true", help="do not run the pyiceberg upsert baseline")
     p.add_argument("--skip-cow", action="store_true", help="do not run lakepub copy-on-write")
+    p.add_argument("--scale", metavar="ROWS,ROWS", help="instead: one --scale-changes publish into merge-on-read "
+                   "tables of these many live rows, e.g. 1000000,10000000 (each built by one publish)")
+    p.add_argument("--scale-changes", type=int, default=100_000, help="events of a --scale publish (default 100,000)")
+    p.add_argument("--wide", metavar="ROWS", type=int, help="instead: the 200-column table of ROWS rows, one "
+                   "20,000-change publish per mode, DuckDB scans with its deletes, plain and after the fold")
     args = p.parse_args()
+    if args.scale:
+        return scale(args)
+    if args.wide:
+        return wide(args)
     events = args.events or (3_000 if args.quick else 1_000_000)  # quick: the upsert grows per batch
     max_batch = args.max_batch or (1_000 if args.quick else 100_000)
     customers = args.customers or max(1, events // 2)
@@ -246,7 +291,7 @@ def main() -> None:
                            f"fallback: {view.fallback}")
         r.ratio("view_folded_vs_plain", view_ms, plain_ms, "view after the fold / plain Parquet")
         worst = max(reads, key=lambda x: x[1] / x[2])
-        r.target(f"scan with {worst[0]} delete files / plain (worst publish)", worst[1] / worst[2], "<=", 1.3)
+        r.target(f"iceberg_scan with {worst[0]} delete files / plain (worst publish)", worst[1] / worst[2], "<=", 1.3)
         r.target("view after fold / plain", view_ms / plain_ms, "<=", 1.05)
         r.section("DuckDB full scan after each publish vs live delete files")
         for i, (n, s, plain_s) in enumerate(reads):
@@ -254,6 +299,119 @@ def main() -> None:
                      f"plain Parquet {plain_s * 1000:.1f} ms: {s / plain_s:.2f}x")
         r.figures["reads"] = [{"delete_files": n, "ms": s * 1000, "plain_ms": p * 1000} for n, s, p in reads]
         assert con.execute(f"SELECT count(*) FROM {duck.scan_sql(table.metadata_location)}").fetchone()[0] == live.num_rows
+    r.emit(args)
+
+
+WIDE_PAYLOAD = 196  # + tenant, customer_id, version, deleted: 200 columns
+
+
+def wide_contract() -> str:
+    fields = "\n".join(f"  f{i:03d}: {{type: {'long' if i % 2 else 'string'}, nullable: true}}" for i in range(WIDE_PAYLOAD))
+    return ("name: wide\nversion: \"1.0\"\nentity:\n  key: [tenant, customer_id]\n  version: version\n"
+            "  deleted: deleted\nfields:\n  tenant: string\n  customer_id: long\n  version: long\n"
+            f"{fields}\n  deleted: boolean\n")
+
+
+def wide_events(ids: np.ndarray, version: int, seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    n = len(ids)
+    cols = {"tenant": pa.array(np.array(["acme", "globex", "initech", "umbrella"])[ids % 4]),
+            "customer_id": pa.array(ids.astype(np.int64)), "version": pa.array(np.full(n, version, np.int64))}
+    for i in range(WIDE_PAYLOAD):
+        values = rng.integers(0, 1_000_000, n)
+        cols[f"f{i:03d}"] = pa.array(values, pa.int64()) if i % 2 else pa.array(np.char.add("v", values.astype(str)))
+    cols["deleted"] = pa.array(np.zeros(n, dtype=bool))
+    return pa.table(cols)
+
+
+def wide(args) -> None:
+    """Issue 12 (d): the 200-column table (pyiceberg's "upsert gets slow on tables with many
+    columns"): one 20,000-change publish per write mode, then DuckDB full scans."""
+    from lakepub import duck
+    from lakepub.init import init_workspace
+    from lakepub.maintenance.fold import fold_deletes
+    from lakepub.workspace import Workspace
+
+    rows = args.wide
+    changes = min(20_000, rows // 2)
+    r = c.Report("merge_on_read_wide", "200-column current table: one 20,000-change publish, reads with deletes",
+                 args.quick, params={"rows": rows, "changes": changes, "columns": 200,
+                                     "partition": "bucket(16, customer_id)", "seed": args.seed})
+    sys.path.insert(0, str(c.REPO))
+    rng = np.random.default_rng(args.seed)
+    changed = np.sort(rng.choice(rows, changes, replace=False))
+    scan = "SELECT count(*), " + ", ".join(f"max(f{i:03d})" for i in range(WIDE_PAYLOAD)) + " FROM {src}"
+    timings = {}
+    with c.scratch(args, "merge_on_read_wide") as work:
+        for mode in ("merge-on-read", "copy-on-write"):
+            folder = work / mode
+            init_workspace(folder)
+            (folder / "catalog" / "contracts" / "wide@v1.0.yaml").write_text(wide_contract())
+            (folder / "catalog" / "datasets" / "wide_current.yaml").write_text(yaml.safe_dump({
+                "name": "wide_current", "source": "wide", "contract": "contracts/wide@v1.0",
+                "projection": {"kind": "current"}, "partition": "bucket(16, customer_id)", "write_mode": mode}))
+            ws = Workspace.open(folder)
+            ws.publish("wide_current", wide_events(np.arange(rows), 1, args.seed), start={}, end={"p0": rows})
+            times = []
+            for k in range(2):
+                batch = wide_events(changed, 2 + k, args.seed + 1 + k)
+                t0 = time.perf_counter()
+                ws.publish("wide_current", batch, start={"p0": rows + k * changes}, end={"p0": rows + (k + 1) * changes})
+                times.append(time.perf_counter() - t0)
+                c.log(f"wide {mode}: {changes:,}-change publish {times[-1]:.2f} s")
+            timings[mode] = times
+        ws = Workspace.open(work / "merge-on-read")
+        table = ws.catalog.load_table(("lakepub", "wide_current"))
+        con = duck.connect(ws.config.catalog)
+        src = duck.scan_sql(table.metadata_location)
+        plain = work / "plain.parquet"
+        pq.write_table(con.execute(f"SELECT * FROM {src}").to_arrow_table(), plain, row_group_size=122_880)
+
+        def timed(sql_src: str) -> float:
+            con.execute(scan.format(src=sql_src)).fetchall()
+            runs = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                con.execute(scan.format(src=sql_src)).fetchall()
+                runs.append(time.perf_counter() - t0)
+            return statistics.median(runs)
+
+        r.section(f"one {changes:,}-change publish into {rows:,} rows x 200 columns (in process, 2 publishes each)")
+        mor, cow = statistics.mean(timings["merge-on-read"]), statistics.mean(timings["copy-on-write"])
+        r.figure("wide_mor_s", mor, "merge-on-read publish", "s", ", ".join(f"{t:.2f}" for t in timings["merge-on-read"]))
+        r.figure("wide_cow_s", cow, "copy-on-write publish", "s", ", ".join(f"{t:.2f}" for t in timings["copy-on-write"]))
+        r.ratio("wide_cow_vs_mor", cow, mor, "copy-on-write / merge-on-read")
+        r.section("DuckDB full scan (max of every payload column) of the merge-on-read table")
+        plain_ms = r.figure("wide_plain_ms", timed(f"read_parquet('{plain}')") * 1000, "plain Parquet", "ms")
+        deletes_ms = r.figure("wide_deletes_ms", timed(src) * 1000, f"iceberg_scan, {delete_files(table)} delete files",
+                              "ms")
+        fold_deletes(ws, "wide_current", threshold=0.0)
+        table = ws.catalog.load_table(("lakepub", "wide_current"))
+        folded_ms = r.figure("wide_folded_ms", timed(duck.scan_sql(table.metadata_location)) * 1000,
+                             "iceberg_scan after the fold", "ms")
+        r.target("200 columns: iceberg_scan with deletes / plain", deletes_ms / plain_ms, "<=", 1.3)
+        r.target("200 columns: after the fold / plain", folded_ms / plain_ms, "<=", 1.05)
+    r.emit(args)
+
+
+def scale(args) -> None:
+    """Issue 12 (b): a 100k-change publish into a 10M-row current table vs into a 1M-row one."""
+    sizes = [int(x) for x in args.scale.split(",")]
+    r = c.Report("merge_on_read_scale", "one merge-on-read publish into current tables of growing size", args.quick,
+                 params={"rows": sizes, "changes": args.scale_changes, "partition": "bucket(16, customer_id)",
+                         "fields": 10, "seed": args.seed})
+    sys.path.insert(0, str(c.REPO))
+    with c.scratch(args, "merge_on_read_scale") as work:
+        scale_run(work / "warm", 2_000, 1_000, args.seed)  # imports, pools and caches
+        results = {n: scale_run(work / f"rows-{n}", n, args.scale_changes, args.seed) for n in sizes}
+    r.section(f"one {args.scale_changes:,}-event publish (updates spread over every bucket) into a table of N rows")
+    for n, (build, times) in results.items():
+        r.figure(f"build_{n}_s", build, f"{n:,} rows: the build (one publish)", "s")
+        r.figure(f"publish_{n}_s", statistics.mean(times), f"{n:,} rows: publish (mean of {len(times)})", "s",
+                 ", ".join(f"{t:.2f}" for t in times))
+    small, large = sizes[0], sizes[-1]
+    ratio = statistics.mean(results[large][1]) / statistics.mean(results[small][1])
+    r.target(f"publish into {large:,} rows / into {small:,} rows", ratio, "<=", 1.3)
     r.emit(args)
 
 
