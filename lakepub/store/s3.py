@@ -189,10 +189,8 @@ class _Tee:
         data = b"".join(self._parts)
         if self._location.endswith(".avro") and REMEMBERED.put(self._location, data):
             # served from memory to this process from now on; the upload finishes in the background
-            with _PENDING_LOCK:
-                future = _UPLOADS.submit(self._upload, data)
-                _PENDING[self._location] = future
-            future.add_done_callback(self._uploaded)
+            with _PENDING_LOCK:  # held until registered: the upload's own clean-up takes it
+                _PENDING[self._location] = _UPLOADS.submit(self._upload_in_background, data)
             return
         self._upload(data)  # raises if the upload failed: nothing is remembered
         REMEMBERED.put(self._location, data)
@@ -204,12 +202,17 @@ class _Tee:
         if self._small_disk is not None:
             self._small_disk.store(self._location, data)
 
-    def _uploaded(self, future: Future) -> None:
-        with _PENDING_LOCK:
-            if _PENDING.get(self._location) is future:
-                del _PENDING[self._location]
-            if future.exception() is not None:
-                _FAILED.append(f"{self._location}: {' '.join(str(future.exception()).split())}")
+    def _upload_in_background(self, data: bytes) -> None:
+        # The failure is recorded before the future completes: whoever waits on it sees it.
+        try:
+            self._upload(data)
+        except BaseException as exc:
+            with _PENDING_LOCK:
+                _FAILED.append(f"{self._location}: {' '.join(str(exc).split())}")
+            raise
+        finally:
+            with _PENDING_LOCK:
+                _PENDING.pop(self._location, None)
 
     def __enter__(self) -> "_Tee":
         return self
