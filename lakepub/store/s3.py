@@ -406,6 +406,7 @@ def _start_threads() -> None:
     if _STARTED.is_set():
         return
     _STARTED.set()
+    from lakepub.store.cache import _POOL as _RUN_FETCHES
     from lakepub.store.files import _REMOTE_POOL
 
     def fill(pool: ThreadPoolExecutor) -> None:
@@ -416,7 +417,7 @@ def _start_threads() -> None:
             future.result()
 
     def run() -> None:
-        for pool in (_REMOTE_POOL, _UPLOADS):
+        for pool in (_REMOTE_POOL, _UPLOADS, _RUN_FETCHES):
             fill(pool)
         # Imported on first use by every publish, at a cost a warm process paid once: pyarrow's
         # dataset module (pq.read_table of the batch) and rich, which pyiceberg's schema check of
