@@ -21,7 +21,8 @@ the larger runs), and with 5 publishes per figure at most 2 of them merge, so ea
 publish that did not (the slowest of each set is reported beside it).
 
 ``--partition`` sets orders_daily's partition grain (``month``, the default, ``year`` or ``none``):
-how many files each publish rewrites, i.e. what tiny partitions cost on S3.
+how many files each publish rewrites, i.e. what tiny partitions cost on S3; ``--grains year,none``
+also measures the warm publish at those grains in the same run.
 
     python scripts/bench/object_store.py [--quick] [--latency-ms 30] [--history 1000000] [--partition year]
 """
@@ -190,6 +191,33 @@ def measure(label: str, server: Server | None, work: Path, args, run_stream: Pat
     return out
 
 
+def measure_warm(label: str, server: Server | None, work: Path, args, grain: str) -> dict:
+    """The warm publish alone (history, then ``--repeat`` timed publishes after one warm-up) of
+    orders_daily partitioned by ``grain``."""
+    folder = work / f"{label}-{grain}"
+    folder.mkdir()
+    ws = make_workspace(folder / "hist", server, partition=grain, prefix=f"{label}-{grain}")
+    hist = History(args.history)
+    build(ws, hist, folder, min(args.history, args.build_batch))
+    rng = np.random.default_rng(args.seed)
+    position, warm = args.history, []
+    for i in range(args.repeat + 1):
+        path = folder / f"batch-{i}.parquet"
+        pq.write_table(hist.batch(args.batch, rng), path)
+        gc.collect()
+        with Counted(server) as counted:
+            t0 = time.perf_counter()
+            res = ws.publish(c.DATASET, path, start={"p0": position}, end={"p0": position + args.batch})
+            seconds = time.perf_counter() - t0
+        position += args.batch
+        if i:
+            warm.append((seconds, counted.stats))
+        c.log(f"  {label}: partition {grain}: warm publish {i}: {seconds:.3f} s {counted.stats}, {len(res.partitions)} files")
+    ws.close()
+    warm.sort(key=lambda x: x[0])
+    return {"warm_s": warm[len(warm) // 2][0], "warm_req": warm[len(warm) // 2][1], "partitions": len(res.partitions)}
+
+
 def measure_runs(work: Path, server: Server, args, run_stream: Path, local: dict, s3: dict) -> None:
     """``lakepub run`` of the stream, local and S3 alternately (``--run-repeat`` pairs, each on
     new workspaces), so that a machine whose load changes over the minutes affects both alike;
@@ -225,6 +253,8 @@ def main() -> None:
                                                   "(median; default 3, --quick 1)")
     p.add_argument("--partition", default="month", choices=("month", "year", "none"),
                    help="orders_daily's partition grain (default month: ~36 files per publish)")
+    p.add_argument("--grains", default="", help="other grains (e.g. year,none) whose warm publish is also "
+                                                "measured, local and S3, in the same run")
     p.add_argument("--run-events", type=int, help="events of the `lakepub run` stream (default 1,000,000; "
                                                   "--quick 20,000)")
     args = p.parse_args()
@@ -245,6 +275,8 @@ def main() -> None:
             local = measure("local", None, work, args, run_stream)
             s3 = measure("s3", server, work, args, run_stream)
             measure_runs(work, server, args, run_stream, local, s3)
+            grains = {g: {label: measure_warm(label, srv, work, args, g) for label, srv in
+                          (("local", None), ("s3", server))} for g in filter(None, args.grains.split(","))}
     finally:
         server.stop()
     r.figures.update({"local": local, "s3": s3})
@@ -272,6 +304,12 @@ def main() -> None:
              f"(the index runs and the {s3['partitions']} published files fetched)")
     r.figure("s3_warm_over_local", s3["warm_s"] / local["warm_s"], "warm publish, S3 / local", "x")
     r.target("warm publish requests in sequence <= 25", s3["warm_req"]["in_sequence"], "<=", 25)
+    for grain, both in grains.items():
+        b = both["s3"]
+        r.lines.append(f"  {'warm publish, partition ' + grain:<34} {both['local']['warm_s']:>8.2f}s {b['warm_s']:>11.2f}s "
+                       f"{b['warm_req']['in_sequence']:>10} / {b['warm_req']['total']:<6} ({b['partitions']} files; "
+                       f"{args.partition}: {s3['partitions']})")
+    r.figures["grains"] = grains
     ratios = sorted(s3["run_ratios"])
     r.figure("run_ratios", [round(x, 2) for x in s3["run_ratios"]], "run on S3 / local, each pair (run alternately)", "x")
     r.target("run on S3 / local <= 2.5 (median of the pairs)", ratios[len(ratios) // 2], "<=", 2.5)
