@@ -401,7 +401,7 @@ _STARTED = threading.Event()
 def _start_threads() -> None:
     """Start the threads of the upload pools now, in the background: a pool starts a thread on
     a submit that finds none idle, and ``Thread.start`` waits until the new thread runs. A new
-    process's first publish started its ~20 upload threads that way, each start waiting for the
+    process's first publish started its ~40 pool threads that way, each start waiting for the
     GIL behind the Parquet encoding of the threads started before it (~0.35 s of a 1M-order
     publish in a profile; a warm process has them idle). Started here, while the process opens
     its catalog and reads its batch, they cost ~0.1 ms each. Modules every publish imports late
@@ -414,14 +414,21 @@ def _start_threads() -> None:
 
     def fill(pool: ThreadPoolExecutor) -> None:
         gate = threading.Event()  # every task blocks until all are submitted: one thread each
-        futures = [pool.submit(gate.wait, 10) for _ in range(pool._max_workers)]  # noqa: SLF001
-        gate.set()
+        futures = []
+        try:
+            for _ in range(pool._max_workers):  # noqa: SLF001
+                futures.append(pool.submit(gate.wait, 1))
+        finally:  # (a submit after the interpreter began to exit raises: never leave tasks waiting)
+            gate.set()
         for future in futures:
             future.result()
 
     def run() -> None:
-        for pool in (_REMOTE_POOL, _UPLOADS, _RUN_FETCHES):
-            fill(pool)
+        try:
+            for pool in (_REMOTE_POOL, _UPLOADS, _RUN_FETCHES):
+                fill(pool)
+        except RuntimeError:  # the interpreter is exiting: nothing to start
+            return
         # Imported on first use by every publish, at a cost a warm process paid once: pyarrow's
         # dataset module (pq.read_table of the batch) and rich, which pyiceberg's schema check of
         # an append imports for its error table (~0.15 s).
