@@ -436,3 +436,41 @@ def test_an_unwritable_cache_folder_only_costs_downloads(s3_endpoint, make_works
     REMEMBERED.clear()
     assert _published(ws) == _published_oracle(ws)
     assert Workspace.open(ws.config.root).verify(DATASET, deep=True).ok
+
+
+def test_a_metadata_file_is_written_only_once_the_manifests_it_may_name_are_up(s3_endpoint, monkeypatch):
+    """Manifests and manifest lists upload in the background (store/s3.py): the close of a
+    metadata file, which a catalog may point at as soon as it returns, waits for them; once one
+    failed, no metadata file is written by the process any more (it might name the missing file)."""
+    from lakepub.store import s3
+
+    io = LakepubFileIO(s3_endpoint.s3_properties())
+    base = f"s3://{s3_endpoint.bucket}/barrier/metadata"
+    real_upload = s3._Tee._upload
+
+    def slow_upload(self, data):
+        if self._location.endswith(".avro"):
+            time.sleep(0.5)  # longer than anything else here: without the wait, the check below fails
+        real_upload(self, data)
+
+    monkeypatch.setattr(s3._Tee, "_upload", slow_upload)
+    manifest = f"{base}/snap-1-0-abc.avro"
+    with io.new_output(manifest).create() as out:
+        out.write(b"Obj\x01 a manifest list")
+    assert s3_endpoint.client().list_objects_v2(Bucket=s3_endpoint.bucket, Prefix="barrier/").get("KeyCount") == 0
+    with io.new_input(manifest).open() as f:  # this process reads it back from memory meanwhile
+        assert f.read() == b"Obj\x01 a manifest list"
+    with io.new_output(f"{base}/00001-abc.metadata.json").create() as out:
+        out.write(b"{}")
+    keys = {o["Key"] for o in s3_endpoint.client().list_objects_v2(Bucket=s3_endpoint.bucket,
+                                                                    Prefix="barrier/")["Contents"]}
+    assert keys == {"barrier/metadata/snap-1-0-abc.avro", "barrier/metadata/00001-abc.metadata.json"}
+
+    monkeypatch.setattr(s3, "_FAILED", [])  # this process's record of failed uploads, for this test only
+    with io.new_output("s3://no-such-bucket-lakepub/x/metadata/m-1.avro").create() as out:
+        out.write(b"Obj\x01 lost")  # closes without error: the upload fails in the background
+    with pytest.raises(OSError, match="earlier upload of this process failed"):
+        with io.new_output(f"{base}/00002-abc.metadata.json").create() as out:
+            out.write(b"{}")
+    with pytest.raises(OSError, match="earlier upload"):  # and every later one
+        s3.uploads_done()
