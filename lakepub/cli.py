@@ -220,7 +220,16 @@ def query(ctx: click.Context, sql: str, fmt: str) -> None:
     Only SELECT statements (also WITH, FROM-first, VALUES, DESCRIBE, SUMMARIZE, SHOW) and EXPLAIN
     of one are accepted; DuckDB runs sandboxed: it reads the warehouse and no other file, writes
     nothing, and cannot ATTACH, INSTALL, LOAD or change settings (exit 2)."""
-    click.echo(output.render_query(_ws(ctx).query(sql), fmt))
+    from lakepub import quick
+
+    quick_text = quick.query(ctx.obj["workspace"], sql, fmt)  # lakepub/quick: None = the full path runs
+    if quick_text is not None:
+        click.echo(quick_text)
+        return
+    ws = _ws(ctx)
+    result = ws.query(sql)
+    quick.remember(ws)
+    click.echo(output.render_query(result, fmt))
 
 
 @main.command()
@@ -234,6 +243,12 @@ def query(ctx: click.Context, sql: str, fmt: str) -> None:
 def status(ctx: click.Context, dataset: str | None, landing: str | None, as_of: str | None, fmt: str) -> None:
     """Published snapshot, positions, partitions, totals, counts (rejected events included),
     landing backlog and, where the contract promises it, freshness (on time / late by how much)."""
+    from lakepub import quick
+
+    quick_text = quick.status(ctx.obj["workspace"], dataset, landing, as_of, fmt)  # None: the full path runs
+    if quick_text is not None:
+        click.echo(quick_text)
+        return
     from lakepub import reports
 
     from lakepub.lifecycle.retirement import retired_names, retirement_note
@@ -246,6 +261,10 @@ def status(ctx: click.Context, dataset: str | None, landing: str | None, as_of: 
         names = [n for n in sorted(ws.config.datasets) if n not in hidden]
     now = _instant(as_of) if as_of else None
     statuses = [reports.status(ws, name, landing=landing, now=now) for name in names]
+    quick.remember(ws)
+    if landing is None:  # stored for the quick path under the snapshot it describes
+        for s in statuses:
+            quick.remember_status(ws, s, ws.dataset(s.dataset))
     if dataset:
         statuses = [retirement_note(ws, s) for s in statuses]
     if fmt == "json":
@@ -271,20 +290,22 @@ def _instant(text: str) -> datetime:
 @handle_errors
 def log(ctx: click.Context, dataset: str, limit: int | None, fmt: str) -> None:
     """Publish history of DATASET, newest first."""
+    from lakepub import quick
+    from lakepub.report_rows import log_text
+
+    quick_text = quick.log(ctx.obj["workspace"], dataset, limit, fmt)  # None: the full path runs
+    if quick_text is not None:
+        click.echo(quick_text)
+        return
     from lakepub import reports
 
-    entries = reports.log(_ws(ctx), dataset, limit)
+    ws = _ws(ctx)
+    entries = reports.log(ws, dataset, limit)
+    quick.remember(ws)
     if fmt == "json":
         click.echo(output.to_json([e.as_dict() for e in entries]))
         return
-    rows = [[e.snapshot_id, e.committed_at, e.batch_id[:12], e.source, output.vector(e.end), e.counts.events,
-             e.counts.entities_changed, ",".join(e.partitions) if len(e.partitions) <= 3 else f"{len(e.partitions)} partitions"]
-            for e in entries]
-    headers = ["snapshot", "committed", "batch", "source", "end", "events", "changed", "rewrote"]
-    if any(e.counts.rejected for e in entries):  # publish gates of a lenient contract kept events out
-        headers.append("rejected")
-        rows = [[*row, e.counts.rejected] for row, e in zip(rows, entries)]
-    click.echo(output.table(headers, rows))
+    click.echo(log_text(entries))
 
 
 @main.command()
