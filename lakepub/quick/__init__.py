@@ -35,6 +35,15 @@ def enabled() -> bool:
     return os.environ.get("LAKEPUB_QUICK", "1") not in ("0", "false", "no", "off")
 
 
+def _trace(command: str, outcome: object) -> None:
+    """``LAKEPUB_QUICK=trace``: say on stderr which path answered (tests assert it)."""
+    if os.environ.get("LAKEPUB_QUICK") == "trace":
+        import sys
+
+        reason = "answered" if outcome is None else f"declined ({type(outcome).__name__}: {outcome})"
+        print(f"quick {command}: {reason}", file=sys.stderr)
+
+
 def remember_status(ws: Any, status: Any, spec: Any) -> None:
     from lakepub.quick.reports import remember_status as store
 
@@ -47,7 +56,7 @@ def log(workspace: Path, dataset: str, limit: int | None, fmt: str) -> str | Non
         return None
     from lakepub import output
     from lakepub.quick import reports
-    from lakepub.quick.catalog import QuickWorkspace, Unsupported
+    from lakepub.quick.catalog import QuickWorkspace
     from lakepub.report_rows import log_text
 
     try:
@@ -56,10 +65,10 @@ def log(workspace: Path, dataset: str, limit: int | None, fmt: str) -> str | Non
             entries = reports.log(qw, dataset, limit)
         finally:
             qw.close()
-    except Unsupported:
+    except Exception as exc:  # noqa: BLE001 - Unsupported, or whatever it is: the full path says it properly
+        _trace("log", exc)
         return None
-    except Exception:  # noqa: BLE001 - whatever it is, the full path says it properly
-        return None
+    _trace("log", None)
     return output.to_json([e.as_dict() for e in entries]) if fmt == "json" else log_text(entries)
 
 
@@ -69,7 +78,7 @@ def status(workspace: Path, dataset: str | None, landing: str | None, as_of: str
         return None
     from lakepub import output
     from lakepub.quick import reports
-    from lakepub.quick.catalog import QuickWorkspace, Unsupported
+    from lakepub.quick.catalog import QuickWorkspace
     from lakepub.report_rows import status_text
 
     try:
@@ -82,10 +91,10 @@ def status(workspace: Path, dataset: str | None, landing: str | None, as_of: str
                 statuses = [reports.retirement_note(qw, s) for s in statuses]
         finally:
             qw.close()
-    except Unsupported:
+    except Exception as exc:  # noqa: BLE001 - Unsupported, or an error the full path reports
+        _trace("status", exc)
         return None
-    except Exception:  # noqa: BLE001
-        return None
+    _trace("status", None)
     if fmt == "json":
         return output.to_json([s.as_dict() for s in statuses])
     return "\n".join(status_text(s) for s in statuses)
@@ -97,7 +106,13 @@ def query(workspace: Path, sql: str, fmt: str) -> str | None:
         return None
     from lakepub.quick.query import run
 
-    return run(workspace, sql, fmt)
+    try:
+        text = run(workspace, sql, fmt)
+    except Exception as exc:  # noqa: BLE001 - Unsupported, a DuckDB error, a refused statement: the full path
+        _trace("query", exc)
+        return None
+    _trace("query", None)
+    return text
 
 
 def _instant(text: str) -> datetime:

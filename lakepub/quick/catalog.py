@@ -65,6 +65,7 @@ class QuickTable:
 
     metadata_location: str
     metadata: Metadata
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)  # the metadata JSON (schemas, location)
 
     def current_snapshot(self) -> Snapshot | None:
         cid = self.metadata.current_snapshot_id
@@ -166,7 +167,7 @@ def load_table(location: str) -> QuickTable:
                                   int(s["timestamp-ms"]), Summary(props) if props is not None else None))
     current = raw.get("current-snapshot-id")
     return QuickTable(location, Metadata(snapshots, None if current in (None, -1) else int(current),
-                                         dict(raw.get("properties") or {})))
+                                         dict(raw.get("properties") or {})), raw)
 
 
 def remember(ws: Any) -> None:

@@ -108,9 +108,12 @@ def status(qw: QuickWorkspace, dataset: str, now: datetime | None) -> DatasetSta
 
 def retired(qw: QuickWorkspace, dataset: str) -> tuple[str, int, float] | None:
     """``retirement.retirement_of``: (state, at_ms, grace_s) of a retired dataset, else None."""
+    return retirement(qw.table(dataset))
+
+
+def retirement(table: QuickTable | None) -> tuple[str, int, float] | None:
     import json
 
-    table = qw.table(dataset)
     text = table.metadata.properties.get(RETIRED_PROPERTY) if table is not None else None
     if not text:
         return None
