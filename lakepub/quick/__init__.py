@@ -104,7 +104,7 @@ def query(workspace: Path, sql: str, fmt: str) -> str | None:
     """What ``lakepub query`` prints, or None: the full path must run."""
     if not enabled():
         return None
-    from lakepub.quick.query import run
+    from lakepub.quick.sql import run
 
     try:
         text = run(workspace, sql, fmt)

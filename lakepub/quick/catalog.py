@@ -212,7 +212,7 @@ def _remember(ws: Any) -> None:
 
 def write_json(path: Path, doc: Any) -> None:
     """Atomically replace ``path`` with ``doc`` (a reader sees the old or the new record)."""
-    text = json.dumps(doc, sort_keys=True)
+    text = json.dumps(doc)  # key order kept: a status dict prints in its order
     try:
         if path.read_text(encoding="utf-8") == text:
             return
