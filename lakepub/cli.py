@@ -3,7 +3,10 @@
 Only click and lakepub's light modules (errors, output, cli_support) are imported here: each
 command imports what it runs with (the workspace pulls in pyiceberg, SQLAlchemy, pyarrow and
 DuckDB, ~0.6 s of imports), so ``lakepub --help`` pays for none of it
-(``scripts/bench/startup.py`` measures it, ``tests/test_startup.py`` pins it).
+(``scripts/bench/startup.py`` measures it, ``tests/test_startup.py`` pins it). ``status``, ``log``
+and ``query`` first ask the quick read path (``lakepub.quick``: sqlite3 + json, no pyiceberg), which
+prints exactly what the full path would or declines; the full path then remembers the workspace
+for it (``quick.remember``).
 
 Exit codes: 0 ok (including "already published"), 1 verify mismatch or internal error,
 2 invalid input or configuration, 3 refused by the protocol (payload conflict, stale start),
@@ -226,9 +229,10 @@ def query(ctx: click.Context, sql: str, fmt: str) -> None:
     if quick_text is not None:
         click.echo(quick_text)
         return
+    stamp = quick.stamp(ctx.obj["workspace"])  # before the configuration loads
     ws = _ws(ctx)
     result = ws.query(sql)
-    quick.remember(ws)
+    quick.remember(ws, stamp)
     click.echo(output.render_query(result, fmt))
 
 
@@ -253,7 +257,9 @@ def status(ctx: click.Context, dataset: str | None, landing: str | None, as_of: 
 
     from lakepub.lifecycle.retirement import retired_names, retirement_note
 
+    stamp = quick.stamp(ctx.obj["workspace"])  # before the configuration loads
     ws = _ws(ctx)
+    audit_before = quick.audit_location(ws) if landing is None else None
     if dataset:
         names = [dataset]
     else:  # retired datasets are hidden from the listing (named, they are shown with a note)
@@ -261,10 +267,10 @@ def status(ctx: click.Context, dataset: str | None, landing: str | None, as_of: 
         names = [n for n in sorted(ws.config.datasets) if n not in hidden]
     now = _instant(as_of) if as_of else None
     statuses = [reports.status(ws, name, landing=landing, now=now) for name in names]
-    quick.remember(ws)
-    if landing is None:  # stored for the quick path under the snapshot it describes
+    quick.remember(ws, stamp)
+    if landing is None:  # stored for the quick path under the snapshots it was computed on
         for s in statuses:
-            quick.remember_status(ws, s, ws.dataset(s.dataset))
+            quick.remember_status(ws, s, ws.dataset(s.dataset), stamp, audit_before)
     if dataset:
         statuses = [retirement_note(ws, s) for s in statuses]
     if fmt == "json":
@@ -299,9 +305,10 @@ def log(ctx: click.Context, dataset: str, limit: int | None, fmt: str) -> None:
         return
     from lakepub import reports
 
+    stamp = quick.stamp(ctx.obj["workspace"])  # before the configuration loads
     ws = _ws(ctx)
     entries = reports.log(ws, dataset, limit)
-    quick.remember(ws)
+    quick.remember(ws, stamp)
     if fmt == "json":
         click.echo(output.to_json([e.as_dict() for e in entries]))
         return

@@ -183,3 +183,30 @@ def test_errors_are_the_full_paths(ws_path: Path):
         code, out, err = _invoke(ws_path, args, "trace")
         assert code != 0 or args[-2] == "--landing", (args, out, err)
     assert _invoke(ws_path, ["log", "nope"], "0")[0] == 2
+
+
+def test_nothing_is_remembered_under_a_key_it_was_not_computed_on(ws_path: Path):
+    # a definition edited while the full path loads it, a refused batch landing while status scans:
+    # the record and the stored figures are left out (the next full run stores them)
+    from lakepub import quick
+    from lakepub.quick.catalog import RECORD
+    from lakepub.quick.reports import STATUS_DIR
+    from lakepub.workspace import Workspace
+
+    _land(ws_path, "orders", "p0", "00000.jsonl", [_order("a", 1, "2025-01-01", 1)])
+    _ok(ws_path, "run", "orders_daily")
+    stamp = quick.stamp(ws_path)
+    ws = Workspace.open(ws_path)
+    status = ws.status("orders_daily")
+    definition = ws_path / "catalog" / "datasets" / "orders_daily.yaml"
+    definition.write_text(definition.read_text() + "\n# edited meanwhile\n")
+    quick.remember(ws, stamp)
+    assert not (ws_path / RECORD).exists()
+    stamp = quick.stamp(ws_path)
+    quick.remember(ws, stamp)
+    assert (ws_path / RECORD).exists()
+    quick.remember_status(ws, status, ws.dataset("orders_daily"), stamp, "file:///elsewhere.metadata.json")
+    assert not (ws_path / STATUS_DIR / "orders_daily.json").exists()  # the audit table is not at that location
+    quick.remember_status(ws, status, ws.dataset("orders_daily"), stamp, quick.audit_location(ws))
+    assert (ws_path / STATUS_DIR / "orders_daily.json").exists()
+    assert "quick status: answered" in _invoke(ws_path, ["status", "orders_daily"], "trace")[2]

@@ -26,9 +26,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from lakepub.quick.catalog import remember  # noqa: F401 - the full path's hook
+from lakepub.quick.catalog import remember, stamp  # noqa: F401 - the full path's hooks
 
-__all__ = ["enabled", "log", "query", "remember", "remember_status", "status"]
+__all__ = ["audit_location", "enabled", "log", "query", "remember", "remember_status", "stamp", "status"]
 
 
 def enabled() -> bool:
@@ -44,10 +44,22 @@ def _trace(command: str, outcome: object) -> None:
         print(f"quick {command}: {reason}", file=sys.stderr)
 
 
-def remember_status(ws: Any, status: Any, spec: Any) -> None:
+def remember_status(ws: Any, status: Any, spec: Any, stamp: str | None, audit_before: str | None) -> None:
+    """Store a status computed by the full path for the quick path (``quick/reports.py``)."""
     from lakepub.quick.reports import remember_status as store
 
-    store(ws, status, spec)
+    store(ws, status, spec, stamp, audit_before)
+
+
+def audit_location(ws: Any) -> str | None:
+    """The audit table's current metadata location, through the full path's catalog (or None)."""
+    try:
+        from lakepub.store.audit import audit_table
+
+        table = audit_table(ws.catalog, ws.config.namespace)
+        return table.metadata_location if table is not None else None
+    except Exception:  # noqa: BLE001 - the status reports the problem itself
+        return None
 
 
 def log(workspace: Path, dataset: str, limit: int | None, fmt: str) -> str | None:

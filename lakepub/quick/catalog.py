@@ -170,18 +170,35 @@ def load_table(location: str) -> QuickTable:
                                          dict(raw.get("properties") or {})), raw)
 
 
-def remember(ws: Any) -> None:
-    """Write the quick path's record of ``ws`` (a full ``Workspace`` whose catalog is open), when
-    its configuration qualifies; never fails the command that calls it."""
+def stamp(path: Path) -> str | None:
+    """The configuration stamp taken by the full path *before* it loads the configuration (so a
+    file edited while it loads is never remembered as the one it loaded); None if unreadable."""
     try:
-        _remember(ws)
+        import yaml  # the full path has it loaded anyway
+
+        root = find_root(Path(path))
+        raw = yaml.safe_load((root / CONFIG_FILE).read_text(encoding="utf-8"))
+        folder = raw.get("catalog_dir", "catalog") if isinstance(raw, dict) else None
+        return fingerprint(root, folder) if isinstance(folder, str) else None
+    except Exception:  # noqa: BLE001 - no stamp: nothing remembered
+        return None
+
+
+def remember(ws: Any, stamp: str | None) -> None:
+    """Write the quick path's record of ``ws`` (a full ``Workspace`` whose catalog is open), when
+    its configuration qualifies and the files still carry ``stamp``, the stamp taken before the
+    configuration was loaded; never fails the command that calls it."""
+    try:
+        _remember(ws, stamp)
     except Exception:  # noqa: BLE001 - a record not written only means the full path next time
         pass
 
 
-def _remember(ws: Any) -> None:
+def _remember(ws: Any, stamp: str | None) -> None:
     config = ws.config
     root = Path(config.root)
+    if stamp is None or stamp != fingerprint(root, str(config.catalog_dir)):
+        return  # edited while loading (or unreadable): the next full run remembers it
     if "$" in (root / CONFIG_FILE).read_text(encoding="utf-8"):
         return  # ${VAR} expansions depend on the environment: not remembered
     catalog = ws.__dict__.get("catalog")  # opened by the command (never opened just for this)
@@ -199,7 +216,7 @@ def _remember(ws: Any) -> None:
         "version": VERSION,
         "root": str(root),
         "catalog_dir": str(config.catalog_dir),
-        "fingerprint": fingerprint(root, str(config.catalog_dir)),
+        "fingerprint": stamp,
         "sqlite": str(Path(engine.url.database).resolve()),
         "catalog_name": config.catalog_name,
         "namespace": config.namespace,

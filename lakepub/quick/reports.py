@@ -62,20 +62,30 @@ def log(qw: QuickWorkspace, dataset: str, limit: int | None) -> list[LogEntry]:
 
 
 def _key(qw: QuickWorkspace, table: QuickTable | None) -> list[Any]:
-    return [qw.record["fingerprint"], table.metadata_location if table is not None else None,
+    """(configuration stamp, the published table's metadata location, the audit table's)."""
+    published = table is not None and table.metadata.current_snapshot_id is not None
+    return [qw.record["fingerprint"], table.metadata_location if published else None,  # type: ignore[union-attr]
             qw.metadata_location(AUDIT_TABLE)]
 
 
-def remember_status(ws: Any, status: DatasetStatus, spec: Any) -> None:
-    """Store a status the full path computed (``landing`` and ``freshness`` are recomputed on use)."""
+def remember_status(ws: Any, status: DatasetStatus, spec: Any, stamp: str | None, audit_before: str | None) -> None:
+    """Store a status the full path computed (``landing`` and ``freshness`` are recomputed on use).
+
+    Its key must name what it was computed on, even if a publish or a refused batch lands
+    meanwhile: the table's location is the one the status read (``status.metadata_location``),
+    the audit table's is the one read before the status (``audit_before``) and kept only if it is
+    still the current one, and the configuration stamp is the one taken before the configuration
+    was loaded (``remember`` keeps the record only if it still matches)."""
     try:
         qw = QuickWorkspace.open(ws.config.root)
         try:
-            doc = {"key": _key(qw, qw.table(status.dataset)), "source": spec.source,
-                   "landing": str(ws.config.landing_dir(spec.source, None)),
-                   "freshness": spec.contract.terms.freshness, "status": status.as_dict()}
+            key = [stamp, status.metadata_location if status.published else None, audit_before]
+            if stamp != qw.record["fingerprint"] or qw.metadata_location(AUDIT_TABLE) != audit_before:
+                return
         finally:
             qw.close()
+        doc = {"key": key, "source": spec.source, "landing": str(ws.config.landing_dir(spec.source, None)),
+               "freshness": spec.contract.terms.freshness, "status": status.as_dict()}
         write_json(qw.root / STATUS_DIR / f"{status.dataset}.json", doc)
     except Exception:  # noqa: BLE001 - not remembered: the full path runs next time
         pass
