@@ -90,7 +90,7 @@ def status(workspace: Path, dataset: str | None, landing: str | None, as_of: str
         return None
     from lakepub import output
     from lakepub.quick import reports
-    from lakepub.quick.catalog import QuickWorkspace
+    from lakepub.quick.catalog import QuickWorkspace, Unsupported
     from lakepub.report_rows import status_text
 
     try:
@@ -98,6 +98,8 @@ def status(workspace: Path, dataset: str | None, landing: str | None, as_of: str
         qw = QuickWorkspace.open(workspace)
         try:
             names = [dataset] if dataset else [n for n in sorted(qw.datasets) if reports.retired(qw, n) is None]
+            if not names:
+                raise Unsupported("no dataset to show")  # the full path prints nothing at all
             statuses = [reports.status(qw, name, now) for name in names]
             if dataset:
                 statuses = [reports.retirement_note(qw, s) for s in statuses]

@@ -104,6 +104,7 @@ class QuickWorkspace:
         self.datasets: list[str] = record["datasets"]
         self.derived: list[str] = record["derived"]
         self._db: sqlite3.Connection | None = None
+        self._tables: dict[str, QuickTable | None] = {}  # read once per command
 
     @classmethod
     def open(cls, path: Path) -> "QuickWorkspace":
@@ -140,8 +141,10 @@ class QuickWorkspace:
         return row[0] if row else None
 
     def table(self, table: str) -> QuickTable | None:
-        location = self.metadata_location(table)
-        return None if location is None else load_table(location)
+        if table not in self._tables:
+            location = self.metadata_location(table)
+            self._tables[table] = None if location is None else load_table(location)
+        return self._tables[table]
 
 
 def local_path(location: str) -> Path:
