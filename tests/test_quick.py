@@ -210,3 +210,20 @@ def test_nothing_is_remembered_under_a_key_it_was_not_computed_on(ws_path: Path)
     quick.remember_status(ws, status, ws.dataset("orders_daily"), stamp, quick.audit_location(ws))
     assert (ws_path / STATUS_DIR / "orders_daily.json").exists()
     assert "quick status: answered" in _invoke(ws_path, ["status", "orders_daily"], "trace")[2]
+
+
+def test_landing_counts_equal_the_full_paths_on_awkward_segments(tmp_path: Path):
+    # blank and whitespace-only lines, a form feed, CRLF, an unterminated tail: quick/reports._records
+    # counts as landing.count_records does (stdlib instead of numpy)
+    import random
+
+    from lakepub.landing import count_records
+    from lakepub.quick.reports import _records
+
+    rng = random.Random(7)
+    pieces = [b'{"a": 1}', b"\n", b"\n", b" ", b"\t", b"\r", b"\x0c", b"x"]
+    path = tmp_path / "seg.jsonl"
+    for _ in range(400):
+        path.write_bytes(b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 12))))
+        for last in (False, True):
+            assert _records(path, last) == count_records(path).complete(last)[0], (path.read_bytes(), last)

@@ -19,7 +19,6 @@ the full path and the next ones the quick one.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -207,7 +206,3 @@ def _records(path: Path, last: bool) -> int:
     else:
         records = sum(1 for line in data[:size].split(b"\n") if line.strip())
     return records if last or not tail else records + 1
-
-
-def as_json(statuses: list[DatasetStatus]) -> list[dict[str, object]]:
-    return [asdict(s) for s in statuses]
