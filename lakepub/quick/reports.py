@@ -19,6 +19,7 @@ the full path and the next ones the quick one.
 from __future__ import annotations
 
 import time
+from dataclasses import fields as dataclass_fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,9 @@ from lakepub.store.record import Counts, published_history
 RETIRED_PROPERTY = "lakepub.retired"  # lifecycle/retirement.py
 AUDIT_TABLE = "lakepub_audit"  # store/audit.py
 STATUS_DIR = Path(".lakepub") / "quick" / "status"
+# Bump when reports.status computes a stored figure differently (stored ones then go unused); a
+# field added to or removed from DatasetStatus is noticed by itself.
+STATUS_FORMAT = 1
 
 
 def log(qw: QuickWorkspace, dataset: str, limit: int | None) -> list[LogEntry]:
@@ -83,7 +87,7 @@ def remember_status(ws: Any, status: DatasetStatus, spec: Any, stamp: str | None
                 return
         finally:
             qw.close()
-        doc = {"key": key, "source": spec.source, "landing": str(ws.config.landing_dir(spec.source, None)),
+        doc = {"format": STATUS_FORMAT, "key": key, "source": spec.source, "landing": str(ws.config.landing_dir(spec.source, None)),
                "freshness": spec.contract.terms.freshness, "status": status.as_dict()}
         write_json(qw.root / STATUS_DIR / f"{status.dataset}.json", doc)
     except Exception:  # noqa: BLE001 - not remembered: the full path runs next time
@@ -101,9 +105,11 @@ def status(qw: QuickWorkspace, dataset: str, now: datetime | None) -> DatasetSta
     except (OSError, ValueError):
         raise Unsupported("no stored status") from None
     table = qw.table(dataset)
-    if doc.get("key") != _key(qw, table):
+    if doc.get("format") != STATUS_FORMAT or doc.get("key") != _key(qw, table):
         raise Unsupported("stored status is not the current one")
     fields = dict(doc["status"])
+    if set(fields) != {f.name for f in dataclass_fields(DatasetStatus)}:
+        raise Unsupported("stored by another version of DatasetStatus")
     fields["totals"] = Counts(**fields["totals"])
     committed = fields["positions"].get(doc["source"], {})
     fields["landing"] = _landing(Path(doc["landing"]), committed)
