@@ -32,6 +32,7 @@ from typing import Any
 CONFIG_FILE = "lakepub.yaml"
 RECORD = Path(".lakepub") / "quick" / "workspace.json"
 VERSION = 1
+RETIRED_PROPERTY = "lakepub.retired"  # lifecycle/retirement.py
 
 
 class Unsupported(Exception):
@@ -242,3 +243,16 @@ def write_json(path: Path, doc: Any) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, tmp.with_name(path.name))
+
+
+def retirement(table: QuickTable | None) -> tuple[str, int, float] | None:
+    """``lifecycle.retirement.retirement_of``: (state, at_ms, grace_s) of a retired table, else None
+    (an unreadable record still counts as retired, with an infinite grace)."""
+    text = table.metadata.properties.get(RETIRED_PROPERTY) if table is not None else None
+    if not text:
+        return None
+    try:
+        raw = json.loads(text)
+        return str(raw.get("state", "retired")), int(raw["at_ms"]), float(raw["grace_s"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "retired", 0, float("inf")

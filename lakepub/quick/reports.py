@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from lakepub.positions import valid_name
-from lakepub.quick.catalog import QuickTable, QuickWorkspace, Unsupported, write_json
+from lakepub.quick.catalog import QuickTable, QuickWorkspace, Unsupported, retirement, write_json
 from lakepub.report_rows import DatasetStatus, LandingStatus, LogEntry, iso
 from lakepub.store.record import Counts, published_history
 
-RETIRED_PROPERTY = "lakepub.retired"  # lifecycle/retirement.py
 AUDIT_TABLE = "lakepub_audit"  # store/audit.py
 STATUS_DIR = Path(".lakepub") / "quick" / "status"
 # Bump when reports.status computes a stored figure differently (stored ones then go unused); a
@@ -124,19 +123,6 @@ def status(qw: QuickWorkspace, dataset: str, now: datetime | None) -> DatasetSta
 def retired(qw: QuickWorkspace, dataset: str) -> tuple[str, int, float] | None:
     """``retirement.retirement_of``: (state, at_ms, grace_s) of a retired dataset, else None."""
     return retirement(qw.table(dataset))
-
-
-def retirement(table: QuickTable | None) -> tuple[str, int, float] | None:
-    import json
-
-    text = table.metadata.properties.get(RETIRED_PROPERTY) if table is not None else None
-    if not text:
-        return None
-    try:
-        raw = json.loads(text)
-        return str(raw.get("state", "retired")), int(raw["at_ms"]), float(raw["grace_s"])
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return "retired", 0, float("inf")
 
 
 def retirement_note(qw: QuickWorkspace, s: DatasetStatus) -> DatasetStatus:

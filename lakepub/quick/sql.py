@@ -27,7 +27,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from lakepub.quick.catalog import QuickTable, QuickWorkspace, Unsupported
+from lakepub.quick.catalog import QuickTable, QuickWorkspace, Unsupported, retirement
 
 CACHE_FORMAT = 2  # views.CACHE_FORMAT
 NAME_MAPPING_PROPERTY = "schema.name-mapping.default"
@@ -41,8 +41,6 @@ _PLAIN_RESULT = {"BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYIN
 
 def run(workspace: Path, sql: str, fmt: str) -> str:
     """What ``lakepub query`` prints; raises (Unsupported, a DuckDB error...) for the full path to run."""
-    from lakepub.quick.reports import retirement
-
     qw = QuickWorkspace.open(workspace)
     try:
         views = {}
