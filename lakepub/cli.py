@@ -3,7 +3,10 @@
 Only click and lakepub's light modules (errors, output, cli_support) are imported here: each
 command imports what it runs with (the workspace pulls in pyiceberg, SQLAlchemy, pyarrow and
 DuckDB, ~0.6 s of imports), so ``lakepub --help`` pays for none of it
-(``scripts/bench/startup.py`` measures it, ``tests/test_startup.py`` pins it).
+(``scripts/bench/startup.py`` measures it, ``tests/test_startup.py`` pins it). ``status``, ``log``
+and ``query`` first ask the quick read path (``lakepub.quick``: sqlite3 + json, no pyiceberg), which
+prints exactly what the full path would or declines; the full path then remembers the workspace
+for it (``quick.remember``).
 
 Exit codes: 0 ok (including "already published"), 1 verify mismatch or internal error,
 2 invalid input or configuration, 3 refused by the protocol (payload conflict, stale start),
@@ -220,7 +223,17 @@ def query(ctx: click.Context, sql: str, fmt: str) -> None:
     Only SELECT statements (also WITH, FROM-first, VALUES, DESCRIBE, SUMMARIZE, SHOW) and EXPLAIN
     of one are accepted; DuckDB runs sandboxed: it reads the warehouse and no other file, writes
     nothing, and cannot ATTACH, INSTALL, LOAD or change settings (exit 2)."""
-    click.echo(output.render_query(_ws(ctx).query(sql), fmt))
+    from lakepub import quick
+
+    quick_text = quick.query(ctx.obj["workspace"], sql, fmt)  # lakepub/quick: None = the full path runs
+    if quick_text is not None:
+        click.echo(quick_text)
+        return
+    stamp = quick.stamp(ctx.obj["workspace"])  # before the configuration loads
+    ws = _ws(ctx)
+    result = ws.query(sql)
+    quick.remember(ws, stamp)
+    click.echo(output.render_query(result, fmt))
 
 
 @main.command()
@@ -234,11 +247,19 @@ def query(ctx: click.Context, sql: str, fmt: str) -> None:
 def status(ctx: click.Context, dataset: str | None, landing: str | None, as_of: str | None, fmt: str) -> None:
     """Published snapshot, positions, partitions, totals, counts (rejected events included),
     landing backlog and, where the contract promises it, freshness (on time / late by how much)."""
+    from lakepub import quick
+
+    quick_text = quick.status(ctx.obj["workspace"], dataset, landing, as_of, fmt)  # None: the full path runs
+    if quick_text is not None:
+        click.echo(quick_text)
+        return
     from lakepub import reports
 
     from lakepub.lifecycle.retirement import retired_names, retirement_note
 
+    stamp = quick.stamp(ctx.obj["workspace"])  # before the configuration loads
     ws = _ws(ctx)
+    audit_before = quick.audit_location(ws) if landing is None else None
     if dataset:
         names = [dataset]
     else:  # retired datasets are hidden from the listing (named, they are shown with a note)
@@ -246,6 +267,10 @@ def status(ctx: click.Context, dataset: str | None, landing: str | None, as_of: 
         names = [n for n in sorted(ws.config.datasets) if n not in hidden]
     now = _instant(as_of) if as_of else None
     statuses = [reports.status(ws, name, landing=landing, now=now) for name in names]
+    quick.remember(ws, stamp)
+    if landing is None:  # stored for the quick path under the snapshots it was computed on
+        for s in statuses:
+            quick.remember_status(ws, s, ws.dataset(s.dataset), stamp, audit_before)
     if dataset:
         statuses = [retirement_note(ws, s) for s in statuses]
     if fmt == "json":
@@ -271,20 +296,23 @@ def _instant(text: str) -> datetime:
 @handle_errors
 def log(ctx: click.Context, dataset: str, limit: int | None, fmt: str) -> None:
     """Publish history of DATASET, newest first."""
+    from lakepub import quick
+    from lakepub.report_rows import log_text
+
+    quick_text = quick.log(ctx.obj["workspace"], dataset, limit, fmt)  # None: the full path runs
+    if quick_text is not None:
+        click.echo(quick_text)
+        return
     from lakepub import reports
 
-    entries = reports.log(_ws(ctx), dataset, limit)
+    stamp = quick.stamp(ctx.obj["workspace"])  # before the configuration loads
+    ws = _ws(ctx)
+    entries = reports.log(ws, dataset, limit)
+    quick.remember(ws, stamp)
     if fmt == "json":
         click.echo(output.to_json([e.as_dict() for e in entries]))
         return
-    rows = [[e.snapshot_id, e.committed_at, e.batch_id[:12], e.source, output.vector(e.end), e.counts.events,
-             e.counts.entities_changed, ",".join(e.partitions) if len(e.partitions) <= 3 else f"{len(e.partitions)} partitions"]
-            for e in entries]
-    headers = ["snapshot", "committed", "batch", "source", "end", "events", "changed", "rewrote"]
-    if any(e.counts.rejected for e in entries):  # publish gates of a lenient contract kept events out
-        headers.append("rejected")
-        rows = [[*row, e.counts.rejected] for row, e in zip(rows, entries)]
-    click.echo(output.table(headers, rows))
+    click.echo(log_text(entries))
 
 
 @main.command()

@@ -5,14 +5,14 @@ the two do not import each other."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 from datetime import datetime, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakepub import duck, output
+from lakepub import duck
 from lakepub.errors import VerifyFailed
 from lakepub.landing import LandingSource
 from lakepub.store import audit, key_index
@@ -25,75 +25,12 @@ from lakepub.projection.partitioning import PartitionBy
 from lakepub.publish.states import live_states
 from lakepub.store.layout import columns_at, has_history, ledger_id
 from lakepub.store.published import partition_of
+from lakepub import report_rows
+from lakepub.report_rows import DatasetStatus, LandingStatus, LogEntry, iso
 from lakepub.store.record import Counts, foreign_head, latest_published, latest_record, published_history, recorded_checksums
 
 if TYPE_CHECKING:  # the workspace calls these reports; they only use the one it passes
     from lakepub.workspace import Workspace
-
-
-@dataclass(frozen=True)
-class LandingStatus:
-    """The landing backlog of a dataset's source: records pending past the committed position."""
-
-    folder: str
-    pending: int
-    oldest_unprocessed: str | None
-    oldest_age_s: float | None
-    missing: dict[str, int] = field(default_factory=dict)
-    pending_by_partition: dict[str, int] = field(default_factory=dict)
-    available: dict[str, int] = field(default_factory=dict)  # records present, per partition
-    oldest_age_by_partition: dict[str, float] = field(default_factory=dict)  # partitions with pending records
-
-
-@dataclass(frozen=True)
-class DatasetStatus:
-    """What ``lakepub status`` shows for one dataset (``as_dict()`` is its JSON)."""
-
-    dataset: str
-    contract: str
-    published: bool
-    snapshot_id: int | None = None
-    published_at: str | None = None
-    last_batch_id: str | None = None
-    positions: dict[str, dict[str, int]] = field(default_factory=dict)
-    kind: str = ""
-    rows: int = 0
-    partitions: int = 0
-    measures: dict[str, object] = field(default_factory=dict)  # an aggregate's totals per measure
-    # The original orders_daily's figures under their names of before (that dataset only).
-    days: int | None = None
-    live_orders: int | None = None
-    cents: int | None = None
-    totals: Counts = field(default_factory=Counts)
-    conflicts: int = 0
-    stale_refused: int = 0
-    gate_refused: int = 0  # batches a strict publish gate refused (contract/gates.py)
-    freshness: dict[str, object] | None = None  # the contract's freshness promise, judged (contract/freshness.py)
-    landing: LandingStatus | None = None
-    note: str | None = None  # e.g. the current snapshot was written outside lakepub
-    metadata_location: str | None = None  # the catalog's: what an outside reader should open
-
-    def as_dict(self) -> dict[str, object]:
-        """JSON-ready form (``lakepub status --format json``)."""
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class LogEntry:
-    """One publish in ``lakepub log``: snapshot, commit time, batch identity, counts, partitions."""
-
-    snapshot_id: int
-    committed_at: str
-    batch_id: str
-    source: str
-    start: dict[str, int]
-    end: dict[str, int]
-    counts: Counts
-    partitions: list[str]
-
-    def as_dict(self) -> dict[str, object]:
-        """JSON-ready form (``lakepub log --format json``)."""
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -370,39 +307,5 @@ def _landing(ws: Workspace, dataset: str, committed: dict[str, int], override: s
                          backlog.missing, backlog.pending, backlog.available, backlog.oldest_age_by_partition)
 
 
-def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")
-
-
-def status_text(s: DatasetStatus) -> str:
-    lines = [f"{s.dataset}  ({s.contract})"]
-    if not s.published:
-        lines.append("  not published yet")
-    else:
-        t = s.totals
-        lines += [
-            f"  published snapshot  {s.snapshot_id} at {s.published_at} (batch {s.last_batch_id[:12] if s.last_batch_id else '-'})",
-            *[f"  position {src:<11} {output.vector(vec)}" for src, vec in sorted(s.positions.items())],
-            f"  rows                {s.rows} in {s.partitions} partition(s) ({s.kind})",
-            *([f"  totals              " + "   ".join(f"{m} {v}" for m, v in s.measures.items())] if s.measures else []),
-            f"  events              {t.events} (new versions {t.new_versions}, duplicates {t.duplicates}, "
-            f"stale {t.stale}, superseded {t.superseded}, deletes {t.deletes})",
-            *([f"  gates               rejected {t.rejected} event(s) (in the rejects table), "
-               f"{t.inferred_from_schema_default} value(s) inferred from a history_only default"]
-              if t.rejected or t.inferred_from_schema_default else []),
-        ]
-    if s.freshness is not None:
-        from lakepub.contract.freshness import Freshness
-
-        lines.append(f"  freshness           {Freshness(**s.freshness).text()}")
-    if s.note:
-        lines.append(f"  note                {s.note}")
-    lines.append(f"  refused             conflicts {s.conflicts}, stale starts {s.stale_refused}"
-                 + (f", gate refusals {s.gate_refused}" if s.gate_refused else ""))
-    if s.landing is not None:
-        lines.append(f"  landing             {s.landing.pending} unprocessed record(s), oldest "
-                     f"{output.human_age(s.landing.oldest_age_s)} ({s.landing.oldest_unprocessed or '-'})")
-        if s.landing.missing:
-            lines.append(f"  warning             committed offsets {output.vector(s.landing.missing)} are beyond the "
-                         f"records in {s.landing.folder} (published from elsewhere, or segments were removed)")
-    return "\n".join(lines)
+status_text = report_rows.status_text  # the records and their text live in report_rows (light)
+_iso = iso  # report_rows.iso: one spelling of commit times for both paths

@@ -64,3 +64,27 @@ def test_a_publish_on_the_key_index_path_does_not_load_duckdb(tmp_path):
             f"assert run.events == 3000 and len(run.batches) == 3, run\n")
     loaded = _loaded_after(code)
     assert "pyiceberg" in loaded and "pyarrow" in loaded and "duckdb" not in loaded, loaded
+
+
+def test_read_commands_on_the_quick_path_load_no_catalog_library(tmp_path):
+    # status, log and query as new processes, once the full path has remembered the workspace
+    # (lakepub/quick): no pyiceberg, SQLAlchemy, pyarrow, numpy or pydantic; query loads DuckDB only
+    from click.testing import CliRunner
+
+    from lakepub.cli import main
+    from lakepub.generate import generate_stream
+    from lakepub.init import init_workspace
+
+    root = tmp_path / "ws"
+    init_workspace(root)
+    generate_stream(root / "landing" / "orders", events=600, days=20, seed=3)
+    commands = {"status": ["status"], "log": ["log", "orders_daily"],
+                "query": ["query", "SELECT count(*) AS n FROM orders_daily"]}
+    for args in (["run", "orders_daily", "--max-batch", "200"], *commands.values()):
+        res = CliRunner().invoke(main, ["-w", str(root), *args], env={"LAKEPUB_QUICK": "0"})
+        assert res.exit_code == 0, res.output
+    for name, args in commands.items():
+        code = (f"import os, sys\nos.environ['LAKEPUB_QUICK'] = 'trace'\nsys.argv = ['lakepub', '-w', {str(root)!r}, "
+                f"*{args!r}]\nfrom lakepub.cli import main\ntry:\n    main()\nexcept SystemExit as e:\n    assert not e.code\n")
+        loaded = _loaded_after(code)
+        assert loaded == (["duckdb"] if name == "query" else []), (name, loaded)

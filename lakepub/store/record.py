@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
-from typing import Iterator, Mapping
-
-from pyiceberg.table import Table
-from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.snapshots import Snapshot
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 from lakepub import positions as pos
+
+if TYPE_CHECKING:  # annotations only: the quick read path (lakepub/quick) reads records without pyiceberg
+    from pyiceberg.table import Table
+    from pyiceberg.table.metadata import TableMetadata
+    from pyiceberg.table.snapshots import Snapshot
 
 PREFIX = "lakepub."
 PUBLISH_STARTED = "lakepub.publish-started-ms"

@@ -225,7 +225,10 @@ def markdown(reports: list[dict]) -> str:
         f = by["startup"]["figures"]
         targets = {t["name"]: t for t in by["startup"]["targets"]}
         for key, name in (("help", "lakepub --help"), ("status", "lakepub status"), ("log", "lakepub log"),
-                          ("query", "lakepub query"), ("run_nothing_new", "lakepub run (nothing new)")):
+                          ("query", "lakepub query"), ("run_nothing_new", "lakepub run (nothing new)"),
+                          ("full_path_status", "lakepub status` with `LAKEPUB_QUICK=0"),
+                          ("full_path_log", "lakepub log` with `LAKEPUB_QUICK=0"),
+                          ("full_path_query", "lakepub query` with `LAKEPUB_QUICK=0")):
             if f.get(f"{key}_s") is None:
                 continue
             t = next((t for n, t in targets.items() if n.startswith(name + " ")), None)

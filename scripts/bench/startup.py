@@ -10,14 +10,21 @@ ratio is command / floor. Also printed: ``import lakepub.cli`` as a process, and
 command's imports go (``python -X importtime``: own import time summed per top-level package;
 the sum over all packages is the import total).
 
+``status``, ``log`` and ``query`` take the quick read path (``lakepub/quick``) once the full path
+has remembered the workspace and stored the figures of the published snapshot (each command runs
+once with ``LAKEPUB_QUICK=0`` before the rounds, as a user's first command after a publish does);
+the same commands with ``LAKEPUB_QUICK=0`` are timed in the same rounds, and the ratio quick /
+full is printed. CPU seconds (user + system of the process) are reported next to the wall
+seconds: on a shared machine they move far less.
+
     python scripts/bench/startup.py [--quick] [--json PATH] [--runs N]
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
-from pathlib import Path
 
 import common as c
 
@@ -39,6 +46,7 @@ def main() -> None:
         ws = c.workspace(work / "ws", stream_dir)
         ws.run(c.DATASET, max_batch=max(1, events // 4))
         w = ["-w", str(work / "ws")]
+        full = ["env", "LAKEPUB_QUICK=0"]
         commands: dict[str, list[str]] = {
             "python -c pass": [sys.executable, "-c", "pass"],
             "import lakepub.cli": [sys.executable, "-c", "import lakepub.cli"],
@@ -47,22 +55,38 @@ def main() -> None:
             "lakepub log": c.lakepub_argv(*w, "log", c.DATASET),
             "lakepub query": c.lakepub_argv(*w, "query", QUERY),
             "lakepub run (nothing new)": c.lakepub_argv(*w, "run", c.DATASET),
+            "full path: lakepub status": [*full, *c.lakepub_argv(*w, "status")],
+            "full path: lakepub log": [*full, *c.lakepub_argv(*w, "log", c.DATASET)],
+            "full path: lakepub query": [*full, *c.lakepub_argv(*w, "query", QUERY)],
         }
+        for name in ("status", "log", "query"):  # the full path remembers what the quick path reads
+            c.timed_process(commands[f"full path: lakepub {name}"], cwd=work)
         seconds: dict[str, list[float]] = {name: [] for name in commands}
+        cpu: dict[str, list[float]] = {name: [] for name in commands}
         for n in range(runs):
             c.log(f"round {n + 1}/{runs} ...")
             for name, argv in commands.items():
-                seconds[name].append(c.timed_process(argv, cwd=work)[0])
-        imports = {name: _imports(argv) for name, argv in commands.items() if name.startswith("lakepub ")}
+                wall, used, _ = c.timed_process_cpu(argv, cwd=work)
+                seconds[name].append(wall)
+                cpu[name].append(used)
+        imports = {name: _imports(argv) for name, argv in commands.items() if "lakepub " in name}
+        load = os.getloadavg()
 
     floor = c.median(seconds["python -c pass"])
     r.section(f"new process, start to exit (median of {runs} interleaved rounds)")
     for name, values in seconds.items():
         key = _key(name)
         value = r.figure(f"{key}_s", c.median(values), name, "s",
-                         f"min {min(values):.3f}, max {max(values):.3f}")
+                         f"min {min(values):.3f}, max {max(values):.3f}; CPU {c.median(cpu[name]):.3f} s")
         if name != "python -c pass":
             r.ratio(f"{key}_ratio", value, floor, f"  {name} / python -c pass")
+    r.section("quick read path vs full path (same rounds)")
+    for name in ("status", "log", "query"):
+        r.ratio(f"{name}_quick_vs_full", r.figures[f"{_key('lakepub ' + name)}_s"],
+                r.figures[f"{_key('full path: lakepub ' + name)}_s"], f"  lakepub {name}: quick / full path (wall)")
+        r.ratio(f"{name}_quick_vs_full_cpu", c.median(cpu[f"lakepub {name}"]),
+                c.median(cpu[f"full path: lakepub {name}"]), f"  lakepub {name}: quick / full path (CPU)")
+    r.figures["load_average"] = list(load)
     r.section("where the imports go (python -X importtime; own time summed per top-level package)")
     for name, packages in imports.items():
         total = sum(packages.values())
@@ -83,11 +107,13 @@ def _key(name: str) -> str:
 
 def _imports(argv: list[str]) -> dict[str, float]:
     """Seconds of own import time per top-level package of one run of ``argv`` (``-X importtime``)."""
+    prefix = argv[:2] if argv[0] == "env" else []
+    argv = argv[len(prefix):]
     if argv[0].endswith("/lakepub"):
         argv = [sys.executable, "-X", "importtime", "-m", "lakepub.cli", *argv[1:]]
     else:
         argv = [argv[0], "-X", "importtime", *argv[1:]]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=300)
     out: dict[str, float] = {}
     for line in proc.stderr.splitlines():
         if not line.startswith("import time:") or "|" not in line:
