@@ -14,7 +14,7 @@ import click
 
 from lakepub.cli_support import format_option, handle_errors
 
-_BATCH_HELP = "Pack partitions into windows of N partitions (default 31)."
+_BATCH_HELP = "Pack partitions into windows of N partitions (default 366: a year of days)."
 _DAYS_HELP = ("Pack partitions into windows spanning N calendar days (datasets partitioned by day, month or "
               "year; others by partitions).")
 
