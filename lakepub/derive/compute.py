@@ -74,13 +74,14 @@ class Prepared:
     nonempty: set[str]
     files: list
     started: float
+    table: Any = None  # the target table as loaded when the files were written
 
 
 def compute_window(ctx: Context, name: str, labels: list[str], window_id: str = "",
                    into: str | None = None) -> WindowResult:
     """Compute and commit output partitions ``labels`` of derived dataset ``name`` (into its
     published table, or into table ``into``: an offline rebuild's, ``rebuild.py``)."""
-    return commit_window(ctx, prepare_window(ctx, name, labels, window_id, into))
+    return commit_window(ctx, prepare_window(ctx, name, labels, window_id, into), reuse=True)
 
 
 def prepare_window(ctx: Context, name: str, labels: list[str], window_id: str = "",
@@ -117,22 +118,27 @@ def prepare_window(ctx: Context, name: str, labels: list[str], window_id: str = 
 
         files = submit_partitions(table, {v: grouped.part(i) for i, v in enumerate(grouped.values)})
     return Prepared(name, labels, window_id, into, rows.num_rows, prints, checksums, set(grouped.labels), files,
-                    started)
+                    started, table)
 
 
-def commit_window(ctx: Context, prepared: Prepared) -> WindowResult:
+def commit_window(ctx: Context, prepared: Prepared, reuse: bool = False) -> WindowResult:
     """Commit a prepared window (step 4), rebasing on windows that committed since (``ctx`` may
     be another thread's than the one that prepared it: the files only need the table's schema,
-    partition spec and location, which are checked on every attempt)."""
+    partition spec and location, which are checked on every attempt). ``reuse``: stage the first
+    attempt on the table as the window loaded it (prepared just now, in this thread), instead of
+    loading it again; a table that moved meanwhile loses the commit race and is reloaded."""
     p = prepared
     name, labels, into = p.name, p.labels, p.into
     spec = ctx.graph.derived[name]
     version = ctx.versions[name]
     target = into or name
-    ctx.forget(target)
-    if into is not None:
-        _check_rebuild_open(ctx, name, into, version.data_version)
-    table = ctx.table(target)
+    if reuse and p.table is not None:
+        table = p.table
+    else:
+        ctx.forget(target)
+        if into is not None:
+            _check_rebuild_open(ctx, name, into, version.data_version)
+        table = ctx.table(target)
     if table is None:
         raise WindowRefused(f"{target} was dropped while a window of {name} was computed; nothing was written: "
                             "run 'lakepub reconcile' again")
@@ -347,8 +353,12 @@ def _try_commit(ctx: Context, table, name: str, labels: list[str], nonempty: set
     )
     props = record.to_properties()
     tx = transaction(table)
-    if old or files:
+    if old:
         replace_partitions(tx, table, old, files, props)
+    elif files:
+        from lakepub.store.duck_files import fast_append
+
+        fast_append(tx, files, props)
     else:
         tx.append(ctx.resolved[name].schema.empty_table(), snapshot_properties=props)
     try:

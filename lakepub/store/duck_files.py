@@ -172,11 +172,24 @@ def done(files: list[DataFile]) -> list[Future[DataFile]]:
     return out
 
 
+def fast_append(tx, futures: list[Future[DataFile]], snapshot_properties: dict[str, str]) -> None:
+    """Stage in ``tx`` one append snapshot of the files: a new manifest of just these, every
+    existing manifest kept as is. For a window that replaces no file (a full build's windows):
+    ``store.write.replace_partitions`` rewrites every live entry into one manifest (12 windows of
+    31 partitions wrote 2,411 entries, ~0.15 ms each in pyiceberg's Avro writer, the largest cost
+    of such a build), and the table's merge-append properties (made for the ledger) would merge
+    every 4 manifests. The next window that replaces files compacts them into one again."""
+    with tx.update_snapshot(snapshot_properties=snapshot_properties).fast_append() as append:
+        for future in futures:
+            append.append_data_file(future.result())
+
+
 def live_files(table: Table) -> list[DataFile]:
-    """The data files of ``table``'s current snapshot, from its manifests' live entries (the
-    entries the last commit of this process wrote are remembered by ``store.write``, so a window
-    after a window decodes no manifest); what ``table.scan().plan_files()`` returns without the
-    per-entry filter evaluation (~45 ms per window of a 365-partition table)."""
+    """The data files of ``table``'s current snapshot, from its manifests' live entries: what
+    ``table.scan().plan_files()`` returns without its per-entry filter evaluation. Manifests are
+    immutable, so the files of each are remembered by path (``store.write`` remembers the
+    compacted manifests it wrote; here the ones read): a window after a window reads only the
+    manifest the previous one appended (~45 ms per window of 12 was spent re-reading them)."""
     from pyiceberg.manifest import ManifestContent
 
     from lakepub.errors import LakepubError
@@ -190,8 +203,21 @@ def live_files(table: Table) -> list[DataFile]:
         if manifest.content != ManifestContent.DATA:
             raise LakepubError(f"{table.name()[-1]} has delete files ({manifest.manifest_path}) written by another "
                                "engine; a derived window rewrites partitions and cannot carry them over")
-        out.extend(entry.data_file for entry in _live_entries(manifest, table.io))
+        with _READ_LOCK:
+            files = _READ.get(manifest.manifest_path)
+        if files is None:
+            files = [entry.data_file for entry in _live_entries(manifest, table.io)]
+            with _READ_LOCK:
+                _READ[manifest.manifest_path] = files
+                while len(_READ) > _READ_MAX:
+                    del _READ[next(iter(_READ))]
+        out.extend(files)
     return out
+
+
+_READ: dict[str, list[DataFile]] = {}
+_READ_MAX = 512
+_READ_LOCK = threading.Lock()
 
 
 def _quote(name: str) -> str:
