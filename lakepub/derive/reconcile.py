@@ -26,8 +26,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Callable
 
-from lakepub.derive.compute import WindowRefused, WindowResult, commit_window, compute_window, ensure_table, \
-    prepare_window
+from lakepub.derive.compute import WindowRefused, WindowResult, _check_rebuild_open, commit_window, compute_window, \
+    ensure_table, prepare_window
 from lakepub.derive.model import upstream_of
 from lakepub.derive.state import Batching, Context, DatasetPlan, plan_dataset
 from lakepub.errors import CommitContention, UserError
@@ -176,8 +176,10 @@ def _run_windows(ctx: Context, name: str, windows: list[tuple[str, list[str]]], 
                 local.ctx = ctx.fork()
             return prepare_window(local.ctx, name, labels, wid, into)
 
-        if into is None and ctx.table(name) is None:  # created once, before the threads race to
-            ensure_table(ctx, name)
+        # The table is created (or re-created after a crash) here once, not by threads racing.
+        if into is not None:
+            _check_rebuild_open(ctx, name, into, ctx.versions[name].data_version)
+        ensure_table(ctx, name, into)
         futures = [pool.submit(prepare, labels, wid) for wid, labels in windows]
         for future in as_completed(futures):
             result = commit_window(ctx, future.result())
