@@ -10,17 +10,25 @@
    the window (``col >= start AND col < end`` per calendar span, or ``col IN (...)``);
 3. refuses (exit 3, nothing written) rows outside the window's partitions: the query moved rows
    across partitions, so its input expressions do not say what a partition reads;
-4. replaces exactly the window's partitions in ONE overwrite snapshot (``store/write.py``),
-   recording the data version, each partition's input fingerprint and checksum (a partition left
-   empty records the empty checksum), and commits it with ``commit_atomically`` (SQL catalogs) or
-   the catalog's own commit, which both assert the table did not move since it was loaded. A
-   lost race (another window of the same dataset committed first) reloads the table and stages
-   the same rows again on it: windows are disjoint, so that is a rebase, not a recomputation.
+4. groups the rows by partition and checksums every partition from one sort (``output.py``);
+   the data files are written by DuckDB (``store/duck_files.py``: ``COPY ... PARTITION_BY``
+   with the Iceberg field ids, registered from their footers by pyiceberg's statistics code)
+   or, for a schema it does not cover (float/double, nested, a remote warehouse), by
+   ``store/files.py``. ``prepare_window`` stops here: nothing is committed yet;
+5. ``commit_window`` replaces exactly the window's partitions in ONE snapshot (an overwrite
+   through ``store/write.py``; a window that replaces no file, as in a full build, appends a
+   manifest of its own instead of rewriting every live entry), recording the data version, each
+   partition's input fingerprint and checksum (a partition left empty records the empty
+   checksum), and commits it with ``commit_atomically`` (SQL catalogs) or the catalog's own
+   commit, which both assert the table did not move since it was loaded. A lost race (another
+   window of the same dataset committed first) reloads the table and stages the same files
+   again on it: windows are disjoint, so that is a rebase, not a recomputation.
 
 The ``*`` window (a dataset whose inputs are all ``all``) replaces every partition.
 
-Cost: the query over the window's input rows, one Parquet file per output partition, one
-metadata commit per window.
+Cost (``scripts/bench/derive.py``): the query over the window's input rows, one DuckDB
+``COPY`` of its partitions, a footer read per file, one manifest and one catalog commit per
+window; a full build of a 365-partition daily rollup is one window by default.
 """
 
 from __future__ import annotations
