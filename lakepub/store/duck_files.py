@@ -48,6 +48,8 @@ from pyiceberg.typedef import Record
 from pyiceberg.types import BooleanType, DateType, DecimalType, IntegerType, LongType, StringType, TimestampType, \
     TimestamptzType
 
+from lakepub.errors import BlockedError
+
 # Not float/double: DuckDB's dictionary encoding keeps one of 0.0 and -0.0 for both (a value
 # changed; a partition checksum tells them apart), tests/test_derive_output.py pins it.
 _SUPPORTED = (BooleanType, IntegerType, LongType, DecimalType, DateType, TimestampType, TimestamptzType, StringType)
@@ -101,7 +103,8 @@ def write_partitions(metadata: TableMetadata, rows: pa.Table, index: pa.Array, v
     ``DataFile`` entries. Call only when ``supported`` and the labels are distinct (a string
     partition ``'null'`` beside the null partition is not: write those with ``FileWriter``)."""
     if len(set(labels)) != len(labels):
-        raise ValueError("partition labels are not distinct")
+        raise BlockedError("partition labels are not distinct (a string 'null' beside the null partition); nothing "
+                           "was written")
     schema = metadata.schema()
     spec = metadata.spec()
     local = _local_dir(metadata.location).rstrip("/")
@@ -138,10 +141,11 @@ def write_partitions(metadata: TableMetadata, rows: pa.Table, index: pa.Array, v
         else:
             label = dict(keys).get(field) if not isinstance(keys, dict) else keys.get(field)
             if label not in by_label:
-                raise ValueError(f"DuckDB wrote {filename} for partition {label!r}, not one of the window's")
+                raise BlockedError(f"DuckDB wrote {filename} for partition {label!r}, not one of the window's; "
+                                   "nothing was committed (the file is an orphan the janitor removes)")
             partition = Record(values[by_label[label]])
         if not filename.startswith(local + "/"):
-            raise ValueError(f"DuckDB wrote {filename} outside the table folder {local}")
+            raise BlockedError(f"DuckDB wrote {filename} outside the table folder {local}; nothing was committed")
         stats = data_file_statistics_from_parquet_metadata(
             parquet_metadata=pq.read_metadata(filename), stats_columns=plan, parquet_column_mapping=mapping)
         data_file = DataFile.from_args(
