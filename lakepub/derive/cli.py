@@ -14,7 +14,7 @@ import click
 
 from lakepub.cli_support import format_option, handle_errors
 
-_BATCH_HELP = "Pack partitions into windows of N partitions (default 31)."
+_BATCH_HELP = "Pack partitions into windows of N partitions (default 366: a year of days)."
 _DAYS_HELP = ("Pack partitions into windows spanning N calendar days (datasets partitioned by day, month or "
               "year; others by partitions).")
 
@@ -79,7 +79,7 @@ def plan(ctx: click.Context, datasets: tuple[str, ...], batch_partitions: int | 
 @click.command(short_help="Compute missing and stale partitions of derived datasets.")
 @click.argument("datasets", nargs=-1, metavar="[DATASET]...")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Compute windows in N processes.")
+              help="Prepare windows in N threads (query, checksums, files); commits stay one at a time.")
 @click.option("--batch-partitions", type=click.IntRange(min=1), default=None, metavar="N", help=_BATCH_HELP)
 @click.option("--batch-days", type=click.IntRange(min=1), default=None, metavar="N", help=_DAYS_HELP)
 @click.option("--window", default=None, metavar="ID", help="Compute exactly this window of DATASET (an id from "
@@ -149,7 +149,7 @@ def reconcile(ctx: click.Context, datasets: tuple[str, ...], workers: int, batch
 @click.option("--from", "first", required=True, metavar="P1", help="First partition label (e.g. 2025-10).")
 @click.option("--to", "last", required=True, metavar="P2", help="Last partition label, inclusive.")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Compute windows in N processes.")
+              help="Prepare windows in N threads (query, checksums, files); commits stay one at a time.")
 @click.option("--batch-partitions", type=click.IntRange(min=1), default=None, metavar="N", help=_BATCH_HELP)
 @click.option("--batch-days", type=click.IntRange(min=1), default=None, metavar="N", help=_DAYS_HELP)
 @format_option

@@ -10,17 +10,25 @@
    the window (``col >= start AND col < end`` per calendar span, or ``col IN (...)``);
 3. refuses (exit 3, nothing written) rows outside the window's partitions: the query moved rows
    across partitions, so its input expressions do not say what a partition reads;
-4. replaces exactly the window's partitions in ONE overwrite snapshot (``store/write.py``),
-   recording the data version, each partition's input fingerprint and checksum (a partition left
-   empty records the empty checksum), and commits it with ``commit_atomically`` (SQL catalogs) or
-   the catalog's own commit, which both assert the table did not move since it was loaded. A
-   lost race (another window of the same dataset committed first) reloads the table and stages
-   the same rows again on it: windows are disjoint, so that is a rebase, not a recomputation.
+4. groups the rows by partition and checksums every partition from one sort (``output.py``);
+   the data files are written by DuckDB (``store/duck_files.py``: ``COPY ... PARTITION_BY``
+   with the Iceberg field ids, registered from their footers by pyiceberg's statistics code)
+   or, for a schema it does not cover (float/double, nested, a remote warehouse), by
+   ``store/files.py``. ``prepare_window`` stops here: nothing is committed yet;
+5. ``commit_window`` replaces exactly the window's partitions in ONE snapshot (an overwrite
+   through ``store/write.py``; a window that replaces no file, as in a full build, appends a
+   manifest of its own instead of rewriting every live entry), recording the data version, each
+   partition's input fingerprint and checksum (a partition left empty records the empty
+   checksum), and commits it with ``commit_atomically`` (SQL catalogs) or the catalog's own
+   commit, which both assert the table did not move since it was loaded. A lost race (another
+   window of the same dataset committed first) reloads the table and stages the same files
+   again on it: windows are disjoint, so that is a rebase, not a recomputation.
 
 The ``*`` window (a dataset whose inputs are all ``all``) replaces every partition.
 
-Cost: the query over the window's input rows, one Parquet file per output partition, one
-metadata commit per window.
+Cost (``scripts/bench/derive.py``): the query over the window's input rows, one DuckDB
+``COPY`` of its partitions, a footer read per file, one manifest and one catalog commit per
+window; a full build of a 365-partition daily rollup is one window by default.
 """
 
 from __future__ import annotations
@@ -60,10 +68,33 @@ class WindowResult:
                 "snapshot_id": self.snapshot_id, "attempts": self.attempts, "seconds": round(self.seconds, 3)}
 
 
+@dataclass
+class Prepared:
+    """A window computed and its files written, not yet committed (``prepare_window``)."""
+
+    name: str
+    labels: list[str]
+    window_id: str
+    into: str | None
+    rows: int
+    prints: dict[str, str]
+    checksums: dict[str, str]
+    nonempty: set[str]
+    files: list
+    started: float
+    table: Any = None  # the target table as loaded when the files were written
+
+
 def compute_window(ctx: Context, name: str, labels: list[str], window_id: str = "",
                    into: str | None = None) -> WindowResult:
     """Compute and commit output partitions ``labels`` of derived dataset ``name`` (into its
     published table, or into table ``into``: an offline rebuild's, ``rebuild.py``)."""
+    return commit_window(ctx, prepare_window(ctx, name, labels, window_id, into), reuse=True)
+
+
+def prepare_window(ctx: Context, name: str, labels: list[str], window_id: str = "",
+                   into: str | None = None) -> Prepared:
+    """Steps 1-3 and the window's data files (see the module docstring); nothing is committed."""
     started = time.perf_counter()
     spec = ctx.graph.derived[name]
     for upstream in spec.inputs:
@@ -73,31 +104,62 @@ def compute_window(ctx: Context, name: str, labels: list[str], window_id: str = 
             raise WindowRefused(f"{spec.path}: cannot compute {name}: {changed}; nothing was written")
     prints = {label: fingerprint(ctx, spec, label) for label in labels}
     rows = run_query(ctx, name, labels)
-    parts, checksums = _partitions(ctx, name, rows, labels)
+    grouped, checksums = _partitions(ctx, name, rows, labels)
     version = ctx.versions[name]
-    target = into or name
-    ctx.forget(target)
+    ctx.forget(into or name)
     if into is not None:
         _check_rebuild_open(ctx, name, into, version.data_version)
     table = ensure_table(ctx, name, into)
     mismatch = schema_mismatch(ctx, name, table)
     if mismatch:
         raise WindowRefused(f"{spec.path}: {mismatch}; nothing was written")
-    from lakepub.store.write import submit_partitions
-
     # Written once: a lost race stages the same files again on the table as it now is (same
     # schema and partition spec, checked on every attempt).
-    files = submit_partitions(table, {v: r for v, r in parts.items() if r.num_rows})
+    from lakepub.store import duck_files
+
+    distinct = len(set(grouped.labels)) == len(grouped.labels)
+    if grouped.rows.num_rows and distinct and duck_files.supported(table.metadata, grouped.rows.column_names):
+        files = duck_files.done(duck_files.write_partitions(table.metadata, grouped.rows, grouped.index,
+                                                            grouped.values, grouped.labels))
+    else:
+        from lakepub.store.write import submit_partitions
+
+        files = submit_partitions(table, {v: grouped.part(i) for i, v in enumerate(grouped.values)})
+    return Prepared(name, labels, window_id, into, rows.num_rows, prints, checksums, set(grouped.labels), files,
+                    started, table)
+
+
+def commit_window(ctx: Context, prepared: Prepared, reuse: bool = False) -> WindowResult:
+    """Commit a prepared window (step 4), rebasing on windows that committed since (``ctx`` may
+    be another thread's than the one that prepared it: the files only need the table's schema,
+    partition spec and location, which are checked on every attempt). ``reuse``: stage the first
+    attempt on the table as the window loaded it (prepared just now, in this thread), instead of
+    loading it again; a table that moved meanwhile loses the commit race and is reloaded."""
+    p = prepared
+    name, labels, into = p.name, p.labels, p.into
+    spec = ctx.graph.derived[name]
+    version = ctx.versions[name]
+    target = into or name
+    if reuse and p.table is not None:
+        table = p.table
+    else:
+        ctx.forget(target)
+        if into is not None:
+            _check_rebuild_open(ctx, name, into, version.data_version)
+        table = ctx.table(target)
+    if table is None:
+        raise WindowRefused(f"{target} was dropped while a window of {name} was computed; nothing was written: "
+                            "run 'lakepub reconcile' again")
     for attempt in range(1, MAX_ATTEMPTS + 1):
         mismatch = schema_mismatch(ctx, name, table) or _other_version(table, version.data_version)
         if mismatch:
             raise WindowRefused(f"{spec.path}: {mismatch}; nothing was written")
-        snapshot_id = _try_commit(ctx, table, name, labels, parts, files, checksums, prints, version, window_id,
-                                  attempt)
+        snapshot_id = _try_commit(ctx, table, name, labels, p.nonempty, p.files, p.checksums, p.prints, version,
+                                  p.window_id, attempt)
         if snapshot_id is not None:
             ctx.forget(target)
-            return WindowResult(name, window_id, labels, rows.num_rows, snapshot_id, attempt,
-                                time.perf_counter() - started)
+            return WindowResult(name, p.window_id, labels, p.rows, snapshot_id, attempt,
+                                time.perf_counter() - p.started)
         time.sleep(min(1.0, 0.02 * 2 ** attempt))
         ctx.forget(target)
         if into is not None:
@@ -106,7 +168,7 @@ def compute_window(ctx: Context, name: str, labels: list[str], window_id: str = 
         if table is None:
             raise WindowRefused(f"{target} was dropped while a window of {name} was computed; nothing was written: "
                                 "run 'lakepub reconcile' again")
-    raise CommitContention(f"gave up committing window {window_id or labels[0]} of {name} after {MAX_ATTEMPTS} "
+    raise CommitContention(f"gave up committing window {p.window_id or labels[0]} of {name} after {MAX_ATTEMPTS} "
                            "attempts: other writers kept moving the table; retry")
 
 
@@ -214,27 +276,24 @@ def _filter(expr, labels: list[str], arrow: pa.DataType) -> str:
     return "(" + " OR ".join(terms or ["FALSE"]) + ")"
 
 
-def _partitions(ctx: Context, name: str, rows: pa.Table, labels: list[str]) -> tuple[dict[Any, pa.Table], dict[str, str]]:
-    """The rows by Iceberg partition value, and the checksum of every window partition."""
+def _partitions(ctx: Context, name: str, rows: pa.Table, labels: list[str]):
+    """The rows grouped by partition (``derive/output.py``) and the checksum of every window partition."""
+    from lakepub.derive.output import group
     from lakepub.identity import RECORDED_CHECKSUM_HEX
-    from lakepub.projection.checksum import partition_checksum
-    from lakepub.publish.published_state import split
 
     spec = ctx.graph.derived[name]
-    parts = split(rows, spec.partition)
-    by_label = {spec.partition.label(v): v for v in parts}
+    grouped = group(rows, spec.partition)
     if labels != [WHOLE]:
-        outside = sorted(set(by_label) - set(labels))
+        outside = sorted(set(grouped.labels) - set(labels))
         if outside:
             raise WindowRefused(
                 f"{spec.path}: the query put rows in partition {outside[0]} while computing {labels[0]}..{labels[-1]} "
                 f"from the input rows of those partitions: its 'projection.inputs' expressions must say which input "
                 "rows each output partition reads; nothing was written")
-    empty = rows.schema.empty_table()
-    wanted = labels if labels != [WHOLE] else sorted(by_label)
-    checksums = {label: partition_checksum(parts[by_label[label]] if label in by_label else empty)[:RECORDED_CHECKSUM_HEX]
-                 for label in wanted}
-    return parts, checksums
+    wanted = labels if labels != [WHOLE] else sorted(grouped.labels)
+    checksums = {label: grouped.checksums[label][:RECORDED_CHECKSUM_HEX] if label in grouped.checksums
+                 else EMPTY_CHECKSUM for label in wanted}
+    return grouped, checksums
 
 
 def ensure_table(ctx: Context, name: str, into: str | None = None):
@@ -269,7 +328,7 @@ def ensure_table(ctx: Context, name: str, into: str | None = None):
     return ctx.table(into or name)
 
 
-def _try_commit(ctx: Context, table, name: str, labels: list[str], parts: dict[Any, pa.Table], files: list,
+def _try_commit(ctx: Context, table, name: str, labels: list[str], nonempty: set[str], files: list,
                 checksums: dict[str, str], prints: dict[str, str], version, window_id: str,
                 attempt: int = 1) -> int | None:
     """Stage the window on ``table`` as loaded and commit; the new snapshot id, or None on a lost race."""
@@ -279,16 +338,17 @@ def _try_commit(ctx: Context, table, name: str, labels: list[str], parts: dict[A
 
     spec = ctx.graph.derived[name]
     whole = labels == [WHOLE]
-    current = list(table.scan().plan_files()) if table.metadata.current_snapshot_id is not None else []
+    from lakepub.store.duck_files import live_files
+
+    current = live_files(table)
     label_of = {}
-    for task in current:
-        value = task.file.partition[0] if len(task.file.partition) else None
-        label_of[task.file.file_path] = spec.partition.label(value)
-    old = [t.file for t in current if whole or label_of[t.file.file_path] in labels]
-    kept = {label_of[t.file.file_path] for t in current if not (whole or label_of[t.file.file_path] in labels)}
+    for f in current:
+        label_of[f.file_path] = spec.partition.label(f.partition[0] if len(f.partition) else None)
+    wanted = set(labels)
+    old = [f for f in current if whole or label_of[f.file_path] in wanted]
+    kept = {label_of[f.file_path] for f in current if not (whole or label_of[f.file_path] in wanted)}
     if whole:  # a partition the query no longer produces is recorded empty
-        checksums = {**{label: EMPTY_CHECKSUM for label in {label_of[t.file.file_path] for t in current}}, **checksums}
-    nonempty = {spec.partition.label(v) for v, r in parts.items() if r.num_rows}
+        checksums = {**{label: EMPTY_CHECKSUM for label in set(label_of.values())}, **checksums}
     record = PublishRecord(
         batch_id="derive-" + uuid.uuid4().hex,
         batch={"kind": "derive", "source": "(reconcile)", "window": window_id, "first": labels[0], "last": labels[-1]},
@@ -301,8 +361,12 @@ def _try_commit(ctx: Context, table, name: str, labels: list[str], parts: dict[A
     )
     props = record.to_properties()
     tx = transaction(table)
-    if old or files:
+    if old:
         replace_partitions(tx, table, old, files, props)
+    elif files:
+        from lakepub.store.duck_files import fast_append
+
+        fast_append(tx, files, props)
     else:
         tx.append(ctx.resolved[name].schema.empty_table(), snapshot_properties=props)
     try:

@@ -5,9 +5,10 @@ A routine run computes only what the plan finds missing or stale (plus each data
 a downstream is planned against its upstreams' new snapshots within the same run. Named datasets
 are reconciled with the derived datasets they read (upstreams first), nothing downstream of them.
 
-``workers > 1`` computes a dataset's windows in a process pool (``forkserver``, the compute path
-preloaded: no DuckDB or catalog connection of this process crosses a fork); windows of one dataset are disjoint, so their commits rebase on each
-other (``compute.py``). ``window=ID`` computes exactly that window of one dataset (what a job
+``workers > 1`` prepares a dataset's windows in a thread pool (query, checksums, data files:
+DuckDB and Arrow release the GIL) and commits them one by one in the calling thread as they
+complete; windows of one dataset are disjoint, so a commit that lost a race to another process
+rebases (``compute.py``). ``window=ID`` computes exactly that window of one dataset (what a job
 runner fans out from ``lakepub plan --format json``): an id that is not in the current plan is
 refused (exit 3), a window with nothing pending is a no-op.
 
@@ -16,16 +17,17 @@ nor its desired one (its definition changed again, or was reverted, mid-rebuild:
 lists it under ``abandoned_rebuilds``) is dropped from the catalog; its folder is then superseded
 and the janitor deletes it (``maintenance/superseded.py``). ``--window`` drops nothing.
 
-Cost: one plan per dataset (checksum records only) plus the windows' queries and commits; a
-worker process pays its imports and one schema resolution (~1 s) once.
+Cost: one plan per dataset (checksum records only) plus the windows' queries and commits.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import threading
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Callable
 
-from lakepub.derive.compute import WindowRefused, WindowResult, compute_window
+from lakepub.derive.compute import WindowRefused, WindowResult, _check_rebuild_open, commit_window, compute_window, \
+    ensure_table, prepare_window
 from lakepub.derive.model import upstream_of
 from lakepub.derive.state import Batching, Context, DatasetPlan, plan_dataset
 from lakepub.errors import CommitContention, UserError
@@ -157,19 +159,30 @@ def _check_label(partition, name: str, option: str, label: str) -> None:
 
 def _run_windows(ctx: Context, name: str, windows: list[tuple[str, list[str]]], workers: int, pool,
                  results: list[WindowResult], on_window: OnWindow | None, into: str | None = None):
-    """Compute ``windows`` ((id, partitions)) of ``name``, in ``workers`` processes; returns the pool."""
+    """Compute ``windows`` ((id, partitions)) of ``name``, ``workers`` at a time; returns the pool.
+
+    With ``workers > 1`` a thread pool prepares windows (the query, checksums and data files: DuckDB
+    and Arrow release the GIL) while this thread commits each prepared window as it completes, one
+    at a time: windows of one process never race each other for the table (a lost race costs a
+    reload and a re-staged manifest), only other processes' windows can.
+    """
     if workers > 1 and len(windows) > 1:
         if pool is None:
-            import multiprocessing
+            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lakepub-window")
+        local = threading.local()
 
-            # forkserver: workers fork from a clean server process that imported the compute path
-            # once (no DuckDB, catalog connection or thread of this process crosses a fork).
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(["lakepub.derive.compute", "lakepub.workspace", "duckdb", "sqlglot"])
-            pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
-        futures = [pool.submit(_work, str(ctx.ws.config.root), name, labels, wid, into) for wid, labels in windows]
+        def prepare(labels: list[str], wid: str):
+            if not hasattr(local, "ctx"):
+                local.ctx = ctx.fork()
+            return prepare_window(local.ctx, name, labels, wid, into)
+
+        # The table is created (or re-created after a crash) here once, not by threads racing.
+        if into is not None:
+            _check_rebuild_open(ctx, name, into, ctx.versions[name].data_version)
+        ensure_table(ctx, name, into)
+        futures = [pool.submit(prepare, labels, wid) for wid, labels in windows]
         for future in as_completed(futures):
-            result = future.result()
+            result = commit_window(ctx, future.result())
             results.append(result)
             if on_window:
                 on_window(result)
@@ -205,20 +218,6 @@ def _one_window(ctx: Context, names: list[str], window: str, batching: Batching,
     if on_window:
         on_window(result)
     return result
-
-
-_CACHE: dict[str, tuple] = {}  # per worker process: root -> (workspace, context)
-
-
-def _work(root: str, name: str, labels: list[str], window_id: str, into: str | None = None) -> WindowResult:
-    """One window in a worker process (its workspace and resolved graph kept between windows)."""
-    from lakepub.workspace import Workspace
-
-    if root not in _CACHE:
-        ws = Workspace.open(root, search_parents=False)
-        _CACHE[root] = (ws, Context(ws))
-    ctx = _CACHE[root][1]
-    return compute_window(ctx, name, labels, window_id, into)
 
 
 def _retired(ctx: Context, name: str, *, named: bool) -> bool:

@@ -4,21 +4,28 @@ One workspace with a current-state base dataset ``facts`` (ROWS live entities ov
 ``month(day)``), published once from an Arrow table, and a derived daily rollup ``facts_daily``
 (365 ``day(day)`` partitions). Measured, in one process, ratios in one run:
 
-1. ``reconcile`` of the whole rollup (``--batch-partitions 31``: 12 windows, each a DuckDB query
-   over the published snapshot, one Parquet file per day, one atomic commit) vs DuckDB running
-   the same SQL over the same published files and writing the Parquet itself
-   (``COPY ... TO dir (FORMAT parquet, PARTITION_BY (day))``);
-2. the same reconcile with ``workers=2`` vs ``workers=1`` (the rollup table dropped in between);
+1. a full build of the whole rollup by ``reconcile`` (the table dropped before; default windows:
+   one window of 365 partitions, a DuckDB query over the published snapshot, one Parquet file per
+   day written by DuckDB, one atomic commit) vs DuckDB running the same SQL over the same
+   published files and writing the Parquet itself (``COPY ... TO dir (FORMAT parquet,
+   PARTITION_BY (day))``); and an offline rebuild of it (the definition changed: built beside
+   the published table, audited by reading it back, swapped in) vs the same COPY;
+2. the same build in windows of ``--batch`` partitions (12 windows of 31) with ``workers=2`` vs
+   ``workers=1``;
 3. a routine ``reconcile`` that finds nothing to do, with DATASETS derived datasets defined
    (each a monthly count over ``facts``), in process (Python API) and as a new process.
 
-    PYTHONPATH=. python scripts/bench/derive.py [--quick] [--rows N] [--datasets N] [--batch N] [--json PATH]
+    PYTHONPATH=. python scripts/bench/derive.py [--quick] [--rows N] [--datasets N] [--batch N] [--repeat N] [--json PATH]
+
+A warm-up build and COPY run first (not reported: imports, DuckDB's extensions); then
+``--repeat`` interleaved rounds of the three builds and the COPY, medians reported.
 
 ``--quick`` (CI): 10,000 rows and 5 derived datasets (same 365-partition rollup).
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -46,12 +53,14 @@ def main() -> None:
     p = c.parser(__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, help="live entities of facts (default 1,000,000; --quick 10,000)")
     p.add_argument("--datasets", type=int, help="derived datasets of the no-op run (default 100; --quick 5)")
-    p.add_argument("--batch", type=int, default=31, help="partitions per window")
+    p.add_argument("--batch", type=int, default=31, help="partitions per window of the workers comparison")
+    p.add_argument("--repeat", type=int, help="interleaved rounds, medians reported (default 3; --quick 1)")
     args = p.parse_args()
+    args.repeat = args.repeat or (1 if args.quick else 3)
     args.rows = args.rows or (10_000 if args.quick else 1_000_000)
     args.datasets = args.datasets if args.datasets is not None else (5 if args.quick else 100)
     r = c.Report("derive", "derived rollup: reconcile vs DuckDB COPY, workers, a no-op reconcile", args.quick,
-                 params={"rows": args.rows, "datasets": args.datasets, "batch_partitions": args.batch,
+                 params={"rows": args.rows, "datasets": args.datasets, "batch_partitions": args.batch, "repeat": args.repeat,
                          "rollup_partitions": 365})
     from lakepub.derive.reconcile import reconcile
     from lakepub.derive.state import Batching
@@ -76,26 +85,62 @@ def main() -> None:
         with Workspace.open(root) as ws:
             ws.publish("facts", events, start={"p0": 0}, end={"p0": n})
         c.log(f"published {n} rows into facts: {time.perf_counter() - t:.1f} s")
-        figures = {}
-        for workers in (1, 2):
+        figures: dict = {}
+        runs: dict[str, list[float]] = {}
+
+        def build(key: str, batching: Batching, workers: int) -> None:
             with Workspace.open(root) as ws:
                 try:
                     ws.catalog.drop_table(summary_id(ws.config.namespace, "facts_daily"))
                 except Exception:  # noqa: BLE001 - first round: no table yet
                     pass
                 t = time.perf_counter()
-                done = reconcile(ws, ["facts_daily"], batching=Batching(partitions=args.batch), workers=workers)
-                figures[f"reconcile_workers_{workers}_s"] = time.perf_counter() - t
+                done = reconcile(ws, ["facts_daily"], batching=batching, workers=workers)
+                runs.setdefault(f"{key}_s", []).append(time.perf_counter() - t)
                 assert sum(len(r.partitions) for r in done) == 365
-                figures[f"commit_attempts_workers_{workers}"] = sum(r.attempts for r in done)
-                figures[f"window_seconds_workers_{workers}"] = sum(r.seconds for r in done)
-        with Workspace.open(root) as ws:
-            con = ws.connect()
-            out = Path(tmp) / "copy"
-            t = time.perf_counter()
-            con.execute(f"COPY ({QUERY}) TO '{out}' (FORMAT parquet, PARTITION_BY (day))")
-            figures["duckdb_copy_s"] = time.perf_counter() - t
-            con.close()
+                figures[f"commit_attempts_{key}"] = sum(r.attempts for r in done)
+                figures[f"windows_{key}"] = len(done)
+
+        def rebuild(k: int) -> None:
+            """An offline rebuild: the definition changes (a new data version), reconcile builds it
+            beside the published table, audits it (read back, checksums) and swaps it in."""
+            query = QUERY.replace("count(*) AS n", f"count(*) + {k} AS n")
+            (datasets / "facts_daily.yaml").write_text(yaml.safe_dump(
+                {**DAILY, "projection": {**DAILY["projection"], "query": query}}))
+            try:
+                with Workspace.open(root) as ws:
+                    t = time.perf_counter()
+                    done = reconcile(ws, ["facts_daily"])
+                    runs.setdefault("rebuild_s", []).append(time.perf_counter() - t)
+                    assert sum(len(r.partitions) for r in done) == 365
+            finally:
+                (datasets / "facts_daily.yaml").write_text(yaml.safe_dump(DAILY))
+
+        def copy(key: str = "duckdb_copy") -> None:
+            with Workspace.open(root) as ws:
+                con = ws.connect()
+                out = Path(tmp) / "copy"
+                shutil.rmtree(out, ignore_errors=True)
+                t = time.perf_counter()
+                con.execute(f"COPY ({QUERY}) TO '{out}' (FORMAT parquet, PARTITION_BY (day))")
+                runs.setdefault(f"{key}_s", []).append(time.perf_counter() - t)
+                con.close()
+
+        # Warm-up (not reported): DuckDB's extensions, pyiceberg's and lakepub's imports, the
+        # schema resolution cache; both sides then run warm in this process.
+        build("warmup", Batching(), 1)
+        copy("warmup_copy")
+        for _ in range(args.repeat):  # interleaved, medians reported: the machine is shared
+            build("full", Batching(), 1)
+            rebuild(_ + 1)
+            build("workers_1", Batching(partitions=args.batch), 1)
+            build("workers_2", Batching(partitions=args.batch), 2)
+            copy()
+        for key, values in runs.items():
+            if key.startswith("warmup"):
+                continue
+            figures[key] = c.median(values)
+            figures[key + "_all"] = [round(v, 4) for v in values]
         for i in range(args.datasets):
             (datasets / f"d{i:03d}.yaml").write_text(yaml.safe_dump({
                 "name": f"d{i:03d}", "partition": "month(month)",
@@ -113,17 +158,27 @@ def main() -> None:
                        capture_output=True)
         figures["noop_process_s"] = time.perf_counter() - t
     f = figures
-    r.section(f"reconcile of the 365-partition daily rollup over {args.rows:,} rows (windows of {args.batch})")
-    r.figure("reconcile_workers_1_s", f["reconcile_workers_1_s"], "reconcile, 1 worker", "s",
-             f"{f['commit_attempts_workers_1']} commit attempts, windows {f['window_seconds_workers_1']:.2f} s")
-    r.figure("reconcile_workers_2_s", f["reconcile_workers_2_s"], "reconcile, 2 workers", "s",
-             f"{f['commit_attempts_workers_2']} commit attempts, windows {f['window_seconds_workers_2']:.2f} s")
-    for key in ("commit_attempts_workers_1", "window_seconds_workers_1", "commit_attempts_workers_2",
-                "window_seconds_workers_2"):
+    r.section(f"full build of the 365-partition daily rollup over {args.rows:,} rows, medians of {args.repeat}")
+    r.figure("full_s", f["full_s"], f"reconcile, default windows ({f['windows_full']} window)", "s",
+             f"runs {f['full_s_all']}")
+    r.figure("duckdb_copy_s", f["duckdb_copy_s"], "DuckDB COPY ... PARTITION_BY (day), same SQL", "s",
+             f"runs {f['duckdb_copy_s_all']}")
+    r.ratio("reconcile_vs_copy", f["full_s"], f["duckdb_copy_s"], "reconcile / DuckDB COPY")
+    r.figure("rebuild_s", f["rebuild_s"], "offline rebuild (build, audit, swap)", "s",
+             f"runs {f['rebuild_s_all']}")
+    r.ratio("rebuild_vs_copy", f["rebuild_s"], f["duckdb_copy_s"], "offline rebuild / DuckDB COPY")
+    r.target("reconcile_vs_copy", f["full_s"] / f["duckdb_copy_s"], "<=", 1.3)
+    r.target("rebuild_vs_copy", f["rebuild_s"] / f["duckdb_copy_s"], "<=", 1.3)
+    r.section(f"the same build in windows of {args.batch} partitions, 1 and 2 workers")
+    for w in (1, 2):
+        r.figure(f"workers_{w}_s", f[f"workers_{w}_s"], f"reconcile --batch-partitions {args.batch}, {w} worker(s)",
+                 "s", f"{f[f'windows_workers_{w}']} windows, {f[f'commit_attempts_workers_{w}']} commit attempts, "
+                 f"runs {f[f'workers_{w}_s_all']}")
+    for key in ("commit_attempts_workers_1", "commit_attempts_workers_2"):
         r.figures[key] = f[key]
-    r.figure("duckdb_copy_s", f["duckdb_copy_s"], "DuckDB COPY ... PARTITION_BY (day), same SQL", "s")
-    r.ratio("reconcile_vs_copy", f["reconcile_workers_1_s"], f["duckdb_copy_s"], "reconcile / DuckDB COPY")
-    r.ratio("workers_2_speedup", f["reconcile_workers_1_s"], f["reconcile_workers_2_s"], "1 worker / 2 workers")
+    r.ratio("windows_vs_copy", f["workers_1_s"], f["duckdb_copy_s"], f"windows of {args.batch} / DuckDB COPY")
+    r.ratio("workers_2_speedup", f["workers_1_s"], f["workers_2_s"], "1 worker / 2 workers")
+    r.target("workers_2_speedup", f["workers_1_s"] / f["workers_2_s"], ">=", 1.6)
     r.section(f"a reconcile with nothing to do, {args.datasets} derived datasets defined")
     r.figure("noop_in_process_s", f["noop_in_process_s"], "in process (Workspace API)", "s")
     r.figure("noop_process_s", f["noop_process_s"], "as a new `lakepub reconcile` process", "s")
