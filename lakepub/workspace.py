@@ -32,6 +32,7 @@ from lakepub.contract.validate import events_from_arrow, events_from_records, re
 from lakepub.failures import classified
 from lakepub.landing import LandingSource
 from lakepub.positions import Vector
+from lakepub.publish import dual
 from lakepub.publish.publisher import PreparedBatch, Publisher, PublishResult, prepare
 from lakepub.store.catalog import open_catalog
 from lakepub.store.integrity import check_scannable
@@ -173,7 +174,15 @@ class Workspace:
             name = "<stdin>" if str(events) == "-" else str(events)
             raise InvalidPosition(f"{name} has {table.num_rows} events but the range {positions.dumps(start_v)} -> "
                                   f"{positions.dumps(end_v)} covers {covered}")
-        return self.publisher(dataset).publish(table, source=source, start=start_v, end=end_v, dataset=dataset)
+        publisher = self.publisher(dataset)
+        companion = dual.attach(self, publisher, spec, None, 100_000)  # DUAL_WRITE: publish/dual.py
+        if companion is not None:
+            companion.events = dual.events_for(events, table, companion)
+        try:
+            return publisher.publish(table, source=source, start=start_v, end=end_v, dataset=dataset)
+        finally:
+            if companion is not None:
+                companion.events = None
 
     @classified
     def run(self, dataset: str, *, landing: str | Path | None = None, max_batch: int = 100_000,
@@ -211,6 +220,7 @@ class Workspace:
         with _ReadAhead(src.batches(committed, max_batch), lambda t: prepare(t, contract)) as batches:
             publisher = self.publisher(dataset)
             publisher.catch_up()  # a dataset added to an entity with history is built first
+            dual.attach(self, publisher, spec, Path(landing) if landing else None, max_batch)  # DUAL_WRITE
             for batch, start, end in batches:
                 if stop is not None and stop():
                     break

@@ -48,6 +48,7 @@ from lakepub.identity import BatchIdentity, fingerprint
 from lakepub.positions import Vector
 from lakepub.publish import evolution, gating
 from lakepub.publish.batch import PreparedBatch, PublishResult, prepare  # noqa: F401 - re-exported
+from lakepub.publish.dual import Companion, Deferred
 from lakepub.publish.datasets import DatasetWriter, Rewrite
 from lakepub.publish.guards import check_contract
 from lakepub.publish.ledger_append import ledger_rows, stage_ledger
@@ -114,6 +115,8 @@ class Publisher:
                                     cache=cache)
         self.gate_partitions = gating.partition_columns(group)  # publish gates: publish/gating.py
         gating.ensure_tables(catalog, namespace, group)
+        # DUAL_WRITE (publish/dual.py): the new major version's tables, staged into every commit of ours.
+        self.companion: Companion | None = None
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -339,7 +342,10 @@ class Publisher:
 
     def _attempt(self, ledger: Table, tables: dict[str, Table], latest: dict[str, Latest],
                  previous: PublishRecord | None, change: Change, identity: BatchIdentity, attempt: int,
-                 dataset: str, started: float, gate: gates.Outcome | None = None, n_events: int = 0) -> PublishResult:
+                 dataset: str, started: float, gate: gates.Outcome | None = None, n_events: int = 0,
+                 defer: bool = False) -> PublishResult | Deferred:
+        """Write and commit one attempt; ``defer``: write and stage only, and return the changes
+        for another publisher's commit (``publish/dual.py``) with what to do once it landed."""
         if gate is not None:  # the batch's events, rejected ones included, and what the gates did
             change = replace(change, counts=replace(change.counts, events=n_events, **gate.counts))
         # Every dataset's new partitions first: a refusal (a sum out of range) writes nothing.
@@ -392,6 +398,17 @@ class Publisher:
         rejected = gating.rejects_change(self.catalog, self.namespace, self.group.name, identity, gate)
         if rejected is not None:  # one more table in the same commit (ordered: before the published tables)
             changes.insert(1, rejected)
+
+        def done() -> PublishResult:
+            snapshots = {name: writer.committed(tables[name], staged[name][0], rewrites[name], staged[name][1])
+                         for name, writer in self.writers.items()}
+            return self._published(identity, dataset, snapshots, new_positions, change, rewrites, attempt)
+
+        if defer:
+            return Deferred(changes, done)
+        joined = self.companion.stage(identity, new_positions) if self.companion is not None else None
+        if joined is not None:  # the new major version's tables move in the same atomic commit
+            changes += joined.changes
         fault_point("after-data-write")
 
         if self.ordered:
@@ -399,8 +416,13 @@ class Publisher:
         else:
             commit_atomically(self.catalog, changes)
         fault_point("after-commit")
-        snapshots = {name: writer.committed(tables[name], staged[name][0], rewrites[name], staged[name][1])
-                     for name, writer in self.writers.items()}
+        if joined is not None:
+            joined.done()
+        return done()
+
+    def _published(self, identity: BatchIdentity, dataset: str, snapshots: dict[str, int | None],
+                   new_positions: dict[str, Vector], change: Change, rewrites: dict[str, Rewrite],
+                   attempt: int) -> PublishResult:
         return PublishResult(
             status="published",
             dataset=dataset,

@@ -1,0 +1,261 @@
+"""DUAL_WRITE: a breaking (major) contract version built beside the published one, then published
+with it, both in ONE atomic catalog commit per batch.
+
+A contract version whose file says ``status: DUAL_WRITE`` and whose major version is above the
+one an entity's datasets name (``customers@v2.0`` beside datasets on ``customers@v1.0``) is the
+entity's **dual-write partner**: its own entity ``<entity>__v<MAJOR>`` (own ledger
+``<entity>__v<MAJOR>__ledger``: it holds the entities' state under the new contract, whose types
+the old ledger cannot hold) and one table per dataset, ``<dataset>__v<MAJOR>``, with the same
+projection and partitioning re-derived against the new contract (a projection column the new
+version removed is refused naming the dataset file). The new version reads the same landing
+records as the old one, each batch's range read again and validated under the new contract (so a
+narrowed type is checked value by value: a record the new version refuses refuses the batch for
+both, exit 2, and nothing is published).
+
+``lakepub run DATASET`` while a partner exists:
+
+1. **build beside**: the partner's tables are published from the landing, from their own
+   position up to the old version's committed position, in commits of their own (the old
+   version's readers see nothing: no table of theirs moves). Resumable: the partner's position
+   is recorded on its tables like any dataset's.
+2. **dual write**: every later batch stages the partner's ledger and tables (projected against
+   the partner's ledger, written, snapshots staged) and adds them to the old version's commit:
+   ``commit_atomically`` swaps every pointer in one database transaction asserting each parent,
+   so a crash before it leaves neither version moved and a crash after it leaves both; a lost
+   race retries both. The partner must be exactly at the batch's start (it is after step 1);
+   otherwise the publish is refused with exit 4 (retry: the next run builds it up first).
+
+Invariant: while the partner exists, the old version's tables and the partner's tables record
+the same positions after every commit of a run (``contract promote --to DEFAULT`` checks it
+before swapping). Cost: the landing range is read and validated a second time, the batch
+projected, written and staged twice; the commit holds twice the tables. The dual-write commit
+needs a SQL catalog's atomic commit (ordered mode is refused).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from lakepub.errors import BlockedError, ConfigError, RetryableError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lakepub.config import EntityGroup, WorkspaceConfig
+    from lakepub.contract.model import Contract
+    from lakepub.identity import BatchIdentity
+    from lakepub.positions import Vector
+
+DUAL_WRITE = "DUAL_WRITE"
+_STATUS = re.compile(r"^status:[ \t]*DUAL_WRITE\b", re.MULTILINE)
+
+
+class PartnerBehind(RetryableError):
+    """The new version's tables are not at the batch's start (exit 4: retry builds it up first)."""
+
+
+@dataclass
+class Deferred:
+    """A publish attempt written and staged, not committed: its ``changes`` go into another
+    publisher's commit; ``done()`` once that commit landed."""
+
+    changes: list
+    done: Callable[[], Any]
+
+
+def major(contract: Contract) -> int:
+    head = str(contract.version).split(".")[0]
+    return int(head) if head.isdigit() else 0
+
+
+def suffix(contract: Contract) -> str:
+    """The names of a version's tables beside the published ones: ``__v<MAJOR>``."""
+    return f"__v{major(contract)}"
+
+
+def partner_contract(config: WorkspaceConfig, contract: Contract) -> Contract | None:
+    """The newest version of ``contract``'s name with a higher major version in DUAL_WRITE (None:
+    no dual write). Only files whose text says ``status: DUAL_WRITE`` are parsed (a few stats and
+    reads on every run)."""
+    folder = config.root / config.catalog_dir / "contracts"
+    if not folder.is_dir():
+        return None
+    from lakepub.contract.model import load_contract
+
+    found = []
+    for path in sorted(folder.glob(f"{contract.name}@v*.yaml")):
+        if not _STATUS.search(path.read_text()):
+            continue
+        candidate = load_contract(path)
+        if candidate.name == contract.name and (candidate.terms.status or "") == DUAL_WRITE \
+                and major(candidate) > major(contract):
+            found.append(candidate)
+    return max(found, key=lambda c: tuple(int(p) if p.isdigit() else 0 for p in str(c.version).split("."))) \
+        if found else None
+
+
+def partner_group(group: EntityGroup, new: Contract) -> EntityGroup:
+    """The new version's entity: ``<entity>__v<MAJOR>`` with ``<dataset>__v<MAJOR>`` datasets, each
+    with its YAML's projection and partition re-derived against ``new``. The datasets keep the
+    old entity name in their recorded definition: after the swap to DEFAULT they are that
+    entity's tables, and their definition must be the one the YAML then says."""
+    from lakepub.config import EntityGroup, entity_of
+    from lakepub.projection.base import kind_of
+
+    tail = suffix(new)
+    specs = []
+    for spec in group.datasets:
+        doc = _dataset_document(spec)
+        definition = {k: doc[k] for k in ("projection", "partition") if doc.get(k) is not None}
+        kind = kind_of(definition, entity_of(new), where=f"{spec.path} (under {new.schema_ref})",
+                       dataset=spec.name + tail) if definition else spec.kind
+        specs.append(replace(spec, name=spec.name + tail, contract=new, kind=kind))
+    return EntityGroup(group.name + tail, group.source, new, tuple(specs))
+
+
+def _dataset_document(spec: Any) -> dict[str, Any]:
+    import yaml
+
+    if spec.path is None:
+        return {}
+    for doc in yaml.safe_load_all(Path(spec.path).read_text()):
+        if isinstance(doc, dict) and doc.get("name") == spec.name:
+            return doc
+    return {}
+
+
+class Companion:
+    """The dual-write partner of a publisher: the new version's publisher, and the landing it
+    reads each batch's range from again under the new contract."""
+
+    def __init__(self, publisher: Any, landing_folder: Path):
+        from lakepub.landing import LandingSource
+
+        self.publisher = publisher
+        self.landing = LandingSource(landing_folder, publisher.contract)
+        self.events: pa.Table | None = None  # an explicit batch's events (Workspace.publish), else the landing's
+
+    # --- 1. build beside ----------------------------------------------------------------------
+
+    def position(self, source: str) -> Vector:
+        pub = self.publisher
+        ledger, _, latest = pub.load()
+        checkpoint = pub.checkpoint(ledger, latest)
+        return dict(checkpoint[1].positions.get(source, {})) if checkpoint else {}
+
+    def build(self, source: str, target: Vector, max_batch: int) -> int:
+        """Publish the landing from the partner's position up to ``target`` (the old version's);
+        returns the batches published."""
+        from lakepub import positions
+
+        pub = self.publisher
+        pub.catch_up()
+        have = self.position(source)
+        ahead = {p: n for p, n in have.items() if n > target.get(p, 0)}
+        if ahead:
+            raise BlockedError(
+                f"the {pub.contract.schema_ref} tables of entity '{pub.group.name}' are ahead of the published version "
+                f"({positions.dumps(have)} vs {positions.dumps(target)}); they were moved outside a dual-write run: "
+                f"drop the {pub.group.name} tables to build them again; nothing was published")
+        done = 0
+        if positions.same_position(have, target):
+            return done
+        if not self.landing.exists():
+            raise BlockedError(f"the {pub.contract.schema_ref} version is built from the landing, and "
+                               f"{self.landing.folder} does not exist; nothing was published")
+        for batch, start, end in self.landing.batches(have, max_batch, until=target):
+            pub.publish(batch, source=source, start=start, end=end, dataset=pub.group.dataset_names[0])
+            done += 1
+        return done
+
+    # --- 2. dual write ------------------------------------------------------------------------
+
+    def stage(self, identity: BatchIdentity, new_positions: dict[str, Vector]) -> Deferred:
+        """Project, write and stage this batch for the partner (its events read again under the
+        new contract); the caller commits the changes with its own."""
+        from lakepub import positions
+        from lakepub.identity import BatchIdentity
+        from lakepub.publish import evolution, gating
+        from lakepub.publish.versioning import project
+        from lakepub.store.layout import order_keys_version
+
+        pub = self.publisher
+        raw = self.events if self.events is not None else self._read(identity.start, identity.end)
+        original = pub.prepare(raw)
+        mine = BatchIdentity(pub.group.name, identity.source, identity.start, identity.end, original.digest)
+        ledger, tables, latest = pub.load()
+        checkpoint = pub.checkpoint(ledger, latest) if not pub.stale_members(ledger, latest) else None
+        previous = checkpoint[1] if checkpoint else None
+        committed = (previous.positions if previous else {}).get(identity.source, {})
+        if not positions.same_position(identity.start, committed):
+            raise PartnerBehind(
+                f"the {pub.contract.schema_ref} tables (dual write) are at {positions.dumps(committed)}, the batch "
+                f"starts at {positions.dumps(identity.start)}; nothing was published: run 'lakepub run' again "
+                "(it builds the new version up to the published position first)")
+        prepared, gate = original, None
+        if original.verdict is not None:
+            prepared, gate = gating.check(pub.catalog, pub.namespace, pub.group, lambda: pub.con, original,
+                                          pub.gate_partitions)
+        head = previous.ledger_snapshot if previous else None
+        found = pub._lookup.rows(ledger, head, prepared.side)  # noqa: SLF001 - the publisher's own lookup
+        change = project(prepared.side, found, order_keys_version(ledger), evolution.float_widened(ledger, pub.contract))
+        return pub._attempt(ledger, tables, latest, previous, change, mine, 1,  # noqa: SLF001
+                            pub.group.dataset_names[0], time.time(), gate, original.events.num_rows, defer=True)
+
+    def _read(self, start: Vector, end: Vector) -> pa.Table:
+        for batch, _, _ in self.landing.batches(start, 1 << 62, until=end):
+            return batch
+        raise ConfigError(f"{self.landing.folder}: no records between the batch's start and end")  # pragma: no cover
+
+
+def attach(ws: Any, publisher: Any, spec: Any, landing_folder: Path | None, max_batch: int) -> Companion | None:
+    """Before a run: find the entity's dual-write partner (None: detach any), build it up to the
+    published position, and attach it so that every later commit of ``publisher`` carries it."""
+    from lakepub.publish.publisher import Publisher
+
+    group = publisher.group
+    new = partner_contract(ws.config, group.contract)
+    if new is None:
+        publisher.companion = None
+        return None
+    if publisher.ordered:
+        raise BlockedError(f"{new.schema_ref} is in DUAL_WRITE, which publishes both versions in one atomic commit: "
+                           "that needs a SQL catalog (SQLite or PostgreSQL) with commit: atomic or auto; nothing was "
+                           f"published (or move {new.schema_ref} back: contract promote --to VALIDATED)")
+    companion = publisher.companion
+    if companion is None or companion.publisher.contract.sha256 != new.sha256:
+        partner = partner_group(group, new)
+        pub = Publisher(ws.catalog, ws.config.namespace, partner, publisher._duck_factory,  # noqa: SLF001
+                        mode="atomic", key_index=ws.config.key_index, cache=ws.file_cache)
+        companion = Companion(pub, ws.config.landing_dir(spec.source, landing_folder))
+    publisher.companion = None  # the build commits the partner alone
+    ledger, _, latest = publisher.load()
+    checkpoint = publisher.checkpoint(ledger, latest)
+    target = dict(checkpoint[1].positions.get(spec.source, {})) if checkpoint else {}
+    companion.build(spec.source, target, max_batch)
+    publisher.companion = companion
+    return companion
+
+
+def events_for(events: Any, table: pa.Table, companion: Companion) -> pa.Table:
+    """An explicit batch's events (``Workspace.publish``) validated under the new version's
+    contract: read again from the same file, Arrow table or records. Standard input cannot be
+    read twice: refused (exit 3) while a version is in DUAL_WRITE."""
+    from lakepub.contract.validate import events_from_arrow, events_from_records, read_events
+
+    import pyarrow as pa
+
+    contract = companion.publisher.contract
+    if isinstance(events, pa.Table):
+        return events_from_arrow(events, contract)
+    if isinstance(events, (str, Path)):
+        if str(events) in ("-", "/dev/stdin"):
+            raise BlockedError(f"{contract.schema_ref} is in DUAL_WRITE: the batch is validated under both versions, "
+                               "and standard input cannot be read twice; nothing was published: write the events to "
+                               "a file and publish that")
+        return read_events(events, contract)
+    return events_from_records(events, contract)

@@ -1,0 +1,165 @@
+"""DUAL_WRITE: a breaking major version (``mrr_cents`` narrowed from long to int) is built beside
+the published one, published with it in one atomic commit per batch, and swapped in by the
+promotion to DEFAULT (lakepub/publish/dual.py, lakepub/contract/dual_write.py). Real tables,
+read back by DuckDB."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lakepub import duck
+from lakepub.workspace import Workspace
+from tests.test_any_dataset import STREAM_1, STREAM_2, _event, _land, _live, _setup
+from tests.test_lifecycle import V1_0
+from tests.test_shadow import ALL_COLUMNS
+
+V2 = (V1_0.replace('version: "1.0"', 'version: "2.0"').replace("status: DEFAULT\n", "")
+      .replace("mrr_cents: {type: long, unit: EUR/100}", "mrr_cents: {type: int, unit: EUR/100}")
+      + "compat_mode: break\nshadow: {enabled: true}\n")
+REF = "contracts/customers@v2.0"
+
+
+def _pointers(root: Path, *names: str) -> dict[str, str | None]:
+    catalog = Workspace.open(root).catalog
+    return {n: (catalog.load_table(("lakepub", n)).metadata_location if catalog.table_exists(("lakepub", n)) else None)
+            for n in names}
+
+
+TABLES = ("customers_all", "customers__ledger", "customers_all__v2", "customers__v2__ledger")
+
+
+def _scan(root: Path, table: str, sql: str = "SELECT customer_id, mrr_cents FROM t ORDER BY 1") -> tuple[list, str]:
+    """The rows and the mrr_cents type of a table's current metadata, read by DuckDB."""
+    location = Workspace.open(root).catalog.load_table(("lakepub", table)).metadata_location
+    con = duck.connect()
+    con.execute(f"CREATE OR REPLACE TEMP VIEW t AS SELECT * FROM {duck.scan_sql(location)}")
+    kind = con.execute("SELECT data_type FROM information_schema.columns WHERE table_name = 't' "
+                       "AND column_name = 'mrr_cents'").fetchone()[0]
+    return con.execute(sql).fetchall(), kind
+
+
+def _oracle(events: list[dict]) -> list[tuple]:
+    return sorted((k, e["mrr_cents"]) for k, e in _live(events).items())
+
+
+def _dual_write(ws_path: Path, cli) -> Path:
+    """v1.0 published from the landing; v2.0 promoted step by step to DUAL_WRITE."""
+    landing = _setup(ws_path, ALL_COLUMNS)
+    contracts = ws_path / "catalog" / "contracts"
+    (contracts / "customers@v1.0.yaml").write_text(V1_0)
+    _land(landing, "0001.jsonl", STREAM_1)
+    assert cli("run", "customers_all").code == 0
+    (contracts / "customers@v2.0.yaml").write_text(V2)
+    assert cli("contract", "promote", REF, "--to", "VALIDATED").code == 0
+    assert cli("shadow", "customers_all", "--contract", REF).code == 0
+    assert cli("contract", "promote", REF, "--to", "CANARY").code == 0
+    r = cli("contract", "promote", REF, "--to", "DUAL_WRITE", "--format", "json")
+    assert r.code == 0, r.err
+    assert {c["name"] for c in r.json()["conditions"] if c["ok"]} >= {"shadow", "major version", "atomic commit",
+                                                                       "projection", "free names"}
+    return landing
+
+
+def test_both_versions_are_published_in_one_commit_and_the_new_one_swapped_in(ws_path: Path, cli):
+    landing = _dual_write(ws_path, cli)
+    before = _pointers(ws_path, *TABLES)
+    assert before["customers_all__v2"] is None
+    # Leaving the window before the new version is built is refused, naming what to run.
+    r = cli("contract", "promote", REF, "--to", "DEFAULT")
+    assert r.code == 3 and "customers_all__v2 does not exist" in r.err and "run 'lakepub run'" in r.err, r.err
+
+    # 1. Built beside from the landing: the published tables do not move.
+    r = cli("run", "customers_all")
+    assert r.code == 0, r.err
+    built = _pointers(ws_path, *TABLES)
+    assert built["customers_all"] == before["customers_all"] and built["customers__ledger"] == before["customers__ledger"]
+    assert _scan(ws_path, "customers_all__v2") == (_oracle(STREAM_1), "INTEGER")
+
+    # 2. Dual write: one run, both versions advance with the same positions.
+    _land(landing, "0002.jsonl", STREAM_2)
+    r = cli("run", "customers_all")
+    assert r.code == 0, r.err
+    after = _pointers(ws_path, *TABLES)
+    assert all(after[n] != built[n] for n in TABLES)
+    old_rows, old_type = _scan(ws_path, "customers_all")
+    assert (old_rows, old_type) == (_oracle(STREAM_1 + STREAM_2), "BIGINT")  # old readers: old version's rows
+    assert _scan(ws_path, "customers_all__v2") == (_oracle(STREAM_1 + STREAM_2), "INTEGER")
+    ws = Workspace.open(ws_path)
+    from lakepub.store.record import latest_record
+
+    records = [latest_record(ws.catalog.load_table(("lakepub", n))) for n in ("customers_all", "customers_all__v2")]
+    assert records[0].positions == records[1].positions == {"customers": {"p0": 12}}
+    assert records[0].contract == "contracts/customers@v1.0" and records[1].contract == REF
+    # The published view (lakepub query) is still the old version.
+    q = cli("query", "SELECT count(*) AS n FROM customers_all", "--format", "json")
+    assert q.json() == [{"n": len(_live(STREAM_1 + STREAM_2))}]
+
+    # 3. A value the new version refuses (out of int) refuses the batch for both: nothing moves.
+    _land(landing, "0003.jsonl", [_event("c7", 1, "FR", "pro", 3_000_000_000)])
+    r = cli("run", "customers_all")
+    assert r.code == 2 and "mrr_cents" in r.err, (r.code, r.err)
+    assert _pointers(ws_path, *TABLES) == after
+    (landing / "0003.jsonl").write_text(json.dumps(_event("c7", 1, "FR", "pro", 700)) + "\n")
+    assert cli("run", "customers_all").code == 0
+
+    # 4. DEFAULT: one swap; the published name reads the new version, the old one is kept.
+    r = cli("contract", "promote", REF, "--to", "DEFAULT")
+    assert r.code == 0, r.err
+    everything = STREAM_1 + STREAM_2 + [_event("c7", 1, "FR", "pro", 700)]
+    assert _scan(ws_path, "customers_all") == (_oracle(everything), "INTEGER")
+    assert _scan(ws_path, "customers_all__v1") == (_oracle(everything), "BIGINT")
+    assert _pointers(ws_path, "customers_all__v2", "customers__v2__ledger") == {
+        "customers_all__v2": None, "customers__v2__ledger": None}
+    assert "contract: contracts/customers@v2.0" in (ws_path / "catalog" / "datasets" / "customers_all.yaml").read_text()
+    # Publishing goes on under v2 alone, and v1 is deprecated.
+    _land(landing, "0004.jsonl", [_event("c8", 1, "DE", "pro", 5)])
+    r = cli("run", "customers_all")
+    assert r.code == 0, r.err
+    assert _scan(ws_path, "customers_all") == (_oracle(everything + [_event("c8", 1, "DE", "pro", 5)]), "INTEGER")
+    assert _pointers(ws_path, "customers_all__v2")["customers_all__v2"] is None  # no dual write any more
+    assert cli("contract", "promote", "contracts/customers@v1.0", "--to", "DEPRECATED").code == 0
+
+
+def test_a_crash_before_the_pointer_swap_leaves_neither_version_moved(ws_path: Path, cli, cli_process):
+    landing = _dual_write(ws_path, cli)
+    assert cli("run", "customers_all").code == 0  # built beside
+    _land(landing, "0002.jsonl", STREAM_2)
+    before = _pointers(ws_path, *TABLES)
+    for point in ("after-data-write", "before-pointer-swap"):
+        r = cli_process("run", "customers_all", env={"LAKEPUB_FAULT": point})
+        assert r.code == -9, (point, r.code, r.err)
+        assert _pointers(ws_path, *TABLES) == before, point
+    r = cli_process("run", "customers_all", env={"LAKEPUB_FAULT": "after-commit"})
+    assert r.code == -9
+    after = _pointers(ws_path, *TABLES)
+    assert all(after[n] != before[n] for n in TABLES)  # both landed together
+    assert _scan(ws_path, "customers_all__v2")[0] == _scan(ws_path, "customers_all")[0] == _oracle(STREAM_1 + STREAM_2)
+    r = cli("run", "customers_all")  # the retry: nothing left to publish
+    assert r.code == 0 and _pointers(ws_path, *TABLES) == after
+
+
+def test_refusals_say_what_to_do(ws_path: Path, cli):
+    landing = _setup(ws_path, ALL_COLUMNS)
+    contracts = ws_path / "catalog" / "contracts"
+    (contracts / "customers@v1.0.yaml").write_text(V1_0)
+    _land(landing, "0001.jsonl", STREAM_1)
+    assert cli("run", "customers_all").code == 0
+    new = contracts / "customers@v2.0.yaml"
+    new.write_text(V2 + "status: CANARY\n")  # set by hand, no shadow run of this content
+    r = cli("contract", "promote", REF, "--to", "DUAL_WRITE")
+    assert r.code == 3 and "no shadow run of customers_all" in r.err and "nothing was changed" in r.err, r.err
+    assert "status: CANARY" in new.read_text()
+    # A compatible (minor) version has no dual-write window.
+    (contracts / "customers@v1.1.yaml").write_text(
+        V1_0.replace('version: "1.0"', 'version: "1.1"').replace("status: DEFAULT\n", "status: CANARY\n"))
+    assert cli("shadow", "customers_all", "--contract", "contracts/customers@v1.1").code == 0
+    r = cli("contract", "promote", "contracts/customers@v1.1", "--to", "DUAL_WRITE")
+    assert r.code == 3 and "major version: no dataset publishes an earlier major version" in r.err, r.err
+    # The old version's kept name taken: refused before any table is built.
+    (contracts / "customers@v1.1.yaml").unlink()
+    assert cli("shadow", "customers_all", "--contract", REF).code == 0
+    ws = Workspace.open(ws_path)
+    ws.catalog.create_table(("lakepub", "customers_all__v1"), ws.catalog.load_table(("lakepub", "customers_all")).schema())
+    r = cli("contract", "promote", REF, "--to", "DUAL_WRITE")
+    assert r.code == 3 and "free names: table(s) customers_all__v1 exist" in r.err, r.err
