@@ -345,7 +345,17 @@ class Workspace:
             table = self._summary_table(name)
             if table is not None and table.metadata.current_snapshot_id is not None and _retirement(table) is None:
                 out[name] = views.resolve(table, cache)  # a retired dataset has no view
+        for name in dual.view_names(self.config):  # DUAL_WRITE: the new major version beside (publish/dual.py)
+            table = self._partner_table(name)
+            if table is not None and table.metadata.current_snapshot_id is not None:
+                out[name] = views.resolve(table, cache)
         return out
+
+    def _partner_table(self, name: str):
+        try:
+            return self.catalog.load_table(summary_id(self.config.namespace, name))
+        except NoSuchTableError:
+            return None
 
     @classified
     def query(self, sql: str) -> pa.Table:

@@ -94,6 +94,9 @@ def test_both_versions_are_published_in_one_commit_and_the_new_one_swapped_in(ws
     # The published view (lakepub query) is still the old version.
     q = cli("query", "SELECT count(*) AS n FROM customers_all", "--format", "json")
     assert q.json() == [{"n": len(_live(STREAM_1 + STREAM_2))}]
+    # The new version is queryable beside it under its documented name.
+    q = cli("query", "SELECT any_value(typeof(mrr_cents)) AS t, sum(mrr_cents) AS s FROM customers_all__v2", "--format", "json")
+    assert q.code == 0 and q.json() == [{"t": "INTEGER", "s": sum(v for _, v in _oracle(STREAM_1 + STREAM_2))}], q.err
 
     # 3. A value the new version refuses (out of int) refuses the batch for both: nothing moves.
     _land(landing, "0003.jsonl", [_event("c7", 1, "FR", "pro", 3_000_000_000)])
@@ -118,6 +121,7 @@ def test_both_versions_are_published_in_one_commit_and_the_new_one_swapped_in(ws
     assert r.code == 0, r.err
     assert _scan(ws_path, "customers_all") == (_oracle(everything + [_event("c8", 1, "DE", "pro", 5)]), "INTEGER")
     assert _pointers(ws_path, "customers_all__v2")["customers_all__v2"] is None  # no dual write any more
+    assert cli("query", "SELECT 1 FROM customers_all__v2").code == 2  # its view went with it
     assert cli("contract", "promote", "contracts/customers@v1.0", "--to", "DEPRECATED").code == 0
 
 

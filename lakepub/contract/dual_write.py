@@ -9,8 +9,8 @@
   move in one database transaction, ``publish/dual.py``);
 * **projection**: every dataset's projection and partition re-derive under the new contract
   (a column the new version drops from a dataset's ``columns:`` is refused naming the file);
-* **free names**: no table ``<dataset>__v<OLD MAJOR>`` exists (the name the old version keeps
-  after the swap).
+* **free names**: no table ``<dataset>__v<OLD MAJOR>`` (nor ledger or rejects table of
+  ``<entity>__v<OLD MAJOR>``) exists: the names the old version keeps after the swap.
 
 From then on ``lakepub run`` builds ``<dataset>__v<MAJOR>`` beside each dataset and publishes both
 in one commit per batch (``publish/dual.py``).
@@ -18,7 +18,7 @@ in one commit per batch (``publish/dual.py``).
 ``--to DEFAULT`` from DUAL_WRITE adds **caught up**: every new table records the same positions
 as its published counterpart (run ``lakepub run`` first). It then swaps, in ONE catalog
 transaction asserting every pointer it read (``store/commit.exchange_tables``): each published
-name (ledger and datasets) points at the new version's metadata, and the new version's entries
+name (ledger, datasets, and the rejects table when both versions have one) points at the new version's metadata, and the new version's entries
 are renamed ``<table>__v<OLD MAJOR>``, pointing at the old version's metadata, kept for
 DEPRECATED/RETIRED. Readers of ``customers_current`` see the old version until the COMMIT and the
 new one after it. Then each dataset file's ``contract:`` line is rewritten to the new version and
@@ -60,6 +60,8 @@ def enter_conditions(config: Any, contract: Any) -> list[Condition]:
     from lakepub.errors import ConfigError
     from lakepub.publish.dual import partner_group, suffix
     from lakepub.store.commit import commit_mode
+    from lakepub.store.layout import ledger_id
+    from lakepub.store.rejects import rejects_id
 
     groups = _groups(config, contract)
     out = [Condition("major version", bool(groups),
@@ -85,8 +87,10 @@ def enter_conditions(config: Any, contract: Any) -> list[Condition]:
                                  f"{contract.schema_ref}"))
         except ConfigError as exc:
             out.append(Condition("projection", False, f"{exc}: change the dataset's projection first"))
-        kept = [n + suffix(group.contract) for n in (*group.dataset_names, f"{group.name}__ledger")
-                if catalog.table_exists((config.namespace, n + suffix(group.contract)))]
+        kept = [n for n in (*(d + suffix(group.contract) for d in group.dataset_names),
+                            ledger_id(config.namespace, group.name + suffix(group.contract))[1],
+                            rejects_id(config.namespace, group.name + suffix(group.contract))[1])
+                if catalog.table_exists((config.namespace, n))]
         out.append(Condition("free names", not kept, "the old version's tables can be kept as <table>"
                              f"{suffix(group.contract)}" if not kept else f"table(s) {', '.join(kept)} exist: the old "
                              "version is kept under these names after the swap; drop them first"))
@@ -100,6 +104,7 @@ def _pairs(config: Any, contract: Any, catalog: Any) -> tuple[list, list[str], b
     from lakepub.publish.dual import suffix
     from lakepub.store.layout import ledger_id
     from lakepub.store.record import latest_record
+    from lakepub.store.rejects import rejects_id
 
     ns = config.namespace
     pairs: list = []
@@ -110,6 +115,10 @@ def _pairs(config: Any, contract: Any, catalog: Any) -> tuple[list, list[str], b
         names = [(ledger_id(ns, group.name), ledger_id(ns, group.name + new_tail),
                   ledger_id(ns, group.name + old_tail))]
         names += [((ns, n), (ns, n + new_tail), (ns, n + old_tail)) for n in group.dataset_names]
+        rejects = (rejects_id(ns, group.name), rejects_id(ns, group.name + new_tail),
+                   rejects_id(ns, group.name + old_tail))
+        if catalog.table_exists(rejects[0]) and catalog.table_exists(rejects[1]):  # lenient gates: swapped too
+            names.append(rejects)
         if catalog.table_exists(names[0][2]) and not catalog.table_exists(names[0][1]):
             continue  # this group's swap landed (a promotion that stopped before rewriting the files)
         swapped = False

@@ -259,3 +259,18 @@ def events_for(events: Any, table: pa.Table, companion: Companion) -> pa.Table:
                                "a file and publish that")
         return read_events(events, contract)
     return events_from_records(events, contract)
+
+
+def view_names(config: WorkspaceConfig) -> list[str]:
+    """The ``<dataset>__v<MAJOR>`` tables of every version in DUAL_WRITE: ``lakepub query`` and
+    ``Workspace.connect`` give each a view beside the published one (a few file reads, no
+    parsing, when no contract says DUAL_WRITE)."""
+    out: list[str] = []
+    seen: dict[str, Contract | None] = {}
+    for name, spec in sorted(config.datasets.items()):
+        key = spec.contract.schema_ref
+        if key not in seen:
+            seen[key] = partner_contract(config, spec.contract)
+        if seen[key] is not None:
+            out.append(name + suffix(seen[key]))
+    return out
