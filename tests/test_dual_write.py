@@ -167,3 +167,40 @@ def test_refusals_say_what_to_do(ws_path: Path, cli):
     ws.catalog.create_table(("lakepub", "customers_all__v1"), ws.catalog.load_table(("lakepub", "customers_all")).schema())
     r = cli("contract", "promote", REF, "--to", "DUAL_WRITE")
     assert r.code == 3 and "free names: table(s) customers_all__v1 exist" in r.err, r.err
+
+
+def test_the_swap_is_one_transaction_and_a_promotion_stopped_after_it_finishes(ws_path: Path, cli, tmp_path: Path):
+    from lakepub.contract import dual_write
+    from lakepub.contract.model import load_contract
+    from lakepub.store.commit import CommitConflict, exchange_tables
+
+    _dual_write(ws_path, cli)
+    # An explicit batch (lakepub publish) is dual-written too: read again under the new contract.
+    batch = tmp_path / "batch.jsonl"
+    _land(tmp_path, "batch.jsonl", [_event("c9", 1, "DE", "basic", 42)])
+    r = cli("run", "customers_all")  # builds the new version beside, up to p0=7
+    assert r.code == 0, r.err
+    r = cli("publish", "customers_all", "--events", str(batch), "--source", "customers", "--start", '{"p0": 7}',
+            "--end", '{"p0": 8}')
+    assert r.code == 0, r.err
+    assert ("c9", 42) in _scan(ws_path, "customers_all__v2")[0] and ("c9", 42) in _scan(ws_path, "customers_all")[0]
+
+    ws = Workspace.open(ws_path)
+    contract = load_contract(ws_path / "catalog" / "contracts" / "customers@v2.0.yaml")
+    pairs, lagging, swapped = dual_write._pairs(ws.config, contract, ws.catalog)
+    assert not lagging and not swapped and [p[0][1] for p in pairs] == ["customers__ledger", "customers_all"]
+    before = _pointers(ws_path, *TABLES, "customers_all__v1")
+    stale = [pairs[0], (*pairs[1][:3], pairs[1][1], pairs[1][4])]  # the second asserts a pointer it does not have
+    try:
+        exchange_tables(ws.catalog, stale)
+        raise AssertionError("a stale pointer must fail the swap")
+    except CommitConflict:
+        pass
+    assert _pointers(ws_path, *TABLES, "customers_all__v1") == before  # the first pair's renames rolled back too
+    # The swap lands, and the process stops before rewriting the dataset file: promoting again finishes.
+    exchange_tables(ws.catalog, pairs)
+    assert "contract: contracts/customers@v1.0" in (ws_path / "catalog" / "datasets" / "customers_all.yaml").read_text()
+    r = cli("contract", "promote", REF, "--to", "DEFAULT")
+    assert r.code == 0, r.err
+    assert "contract: contracts/customers@v2.0" in (ws_path / "catalog" / "datasets" / "customers_all.yaml").read_text()
+    assert _scan(ws_path, "customers_all")[1] == "INTEGER" and _scan(ws_path, "customers_all__v1")[1] == "BIGINT"
