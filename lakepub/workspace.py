@@ -175,14 +175,8 @@ class Workspace:
             raise InvalidPosition(f"{name} has {table.num_rows} events but the range {positions.dumps(start_v)} -> "
                                   f"{positions.dumps(end_v)} covers {covered}")
         publisher = self.publisher(dataset)
-        companion = dual.attach(self, publisher, spec, None, 100_000)  # DUAL_WRITE: publish/dual.py
-        if companion is not None:
-            companion.events = dual.events_for(events, table, companion)
-        try:
+        with dual.explicit(self, publisher, spec, events):  # DUAL_WRITE: the batch read again for the new version
             return publisher.publish(table, source=source, start=start_v, end=end_v, dataset=dataset)
-        finally:
-            if companion is not None:
-                companion.events = None
 
     @classified
     def run(self, dataset: str, *, landing: str | Path | None = None, max_batch: int = 100_000,
@@ -345,17 +339,8 @@ class Workspace:
             table = self._summary_table(name)
             if table is not None and table.metadata.current_snapshot_id is not None and _retirement(table) is None:
                 out[name] = views.resolve(table, cache)  # a retired dataset has no view
-        for name in dual.view_names(self.config):  # DUAL_WRITE: the new major version beside (publish/dual.py)
-            table = self._partner_table(name)
-            if table is not None and table.metadata.current_snapshot_id is not None:
-                out[name] = views.resolve(table, cache)
+        out.update(dual.partner_views(self, cache))  # DUAL_WRITE: the new major version beside the published one
         return out
-
-    def _partner_table(self, name: str):
-        try:
-            return self.catalog.load_table(summary_id(self.config.namespace, name))
-        except NoSuchTableError:
-            return None
 
     @classified
     def query(self, sql: str) -> pa.Table:

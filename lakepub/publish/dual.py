@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from lakepub.errors import BlockedError, ConfigError, RetryableError
 
@@ -241,7 +242,39 @@ def attach(ws: Any, publisher: Any, spec: Any, landing_folder: Path | None, max_
     return companion
 
 
-def events_for(events: Any, table: pa.Table, companion: Companion) -> pa.Table:
+@contextmanager
+def explicit(ws: Any, publisher: Any, spec: Any, events: Any) -> Iterator[None]:
+    """Around an explicit batch's publish (``Workspace.publish``): attach the partner (built from
+    the landing up to the published position first) with the batch read under its contract."""
+    companion = attach(ws, publisher, spec, None, 100_000)
+    if companion is not None:
+        companion.events = events_for(events, companion)
+    try:
+        yield
+    finally:
+        if companion is not None:
+            companion.events = None
+
+
+def partner_views(ws: Any, cache: Path) -> dict[str, Any]:
+    """{``<dataset>__v<MAJOR>``: its view} of every published partner table (``lakepub query``)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from lakepub import views
+    from lakepub.store.layout import summary_id
+
+    out = {}
+    for name in view_names(ws.config):
+        try:
+            table = ws.catalog.load_table(summary_id(ws.config.namespace, name))
+        except NoSuchTableError:
+            continue
+        if table.metadata.current_snapshot_id is not None:
+            out[name] = views.resolve(table, cache)
+    return out
+
+
+def events_for(events: Any, companion: Companion) -> pa.Table:
     """An explicit batch's events (``Workspace.publish``) validated under the new version's
     contract: read again from the same file, Arrow table or records. Standard input cannot be
     read twice: refused (exit 3) while a version is in DUAL_WRITE."""
