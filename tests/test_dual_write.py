@@ -204,3 +204,30 @@ def test_the_swap_is_one_transaction_and_a_promotion_stopped_after_it_finishes(w
     assert r.code == 0, r.err
     assert "contract: contracts/customers@v2.0" in (ws_path / "catalog" / "datasets" / "customers_all.yaml").read_text()
     assert _scan(ws_path, "customers_all")[1] == "INTEGER" and _scan(ws_path, "customers_all__v1")[1] == "BIGINT"
+
+
+def test_lenient_rejects_are_dual_written_and_swapped_with_the_tables(ws_path: Path, cli):
+    lenient = "validation: {mode: lenient}\nconstraints:\n  range: [{col: mrr_cents, rule: \"[0, 100000]\"}]\n"
+    landing = _setup(ws_path, ALL_COLUMNS)
+    contracts = ws_path / "catalog" / "contracts"
+    (contracts / "customers@v1.0.yaml").write_text(V1_0 + lenient)
+    _land(landing, "0001.jsonl", STREAM_1)
+    assert cli("run", "customers_all").code == 0
+    (contracts / "customers@v2.0.yaml").write_text(V2.replace("compat_mode: break\n", "compat_mode: break\n" + lenient)
+                                                   + "status: DUAL_WRITE\n")  # set by hand: the publish path only
+    _land(landing, "0002.jsonl", [_event("c9", 1, "FR", "pro", -5), _event("c10", 1, "DE", "pro", 9)])
+    r = cli("run", "customers_all")
+    assert r.code == 0, r.err
+    ws = Workspace.open(ws_path)
+    counts = {n: ws.catalog.load_table(("lakepub", n)).scan().to_arrow().num_rows
+              for n in ("customers__rejects", "customers__v2__rejects")}
+    assert counts == {"customers__rejects": 1, "customers__v2__rejects": 1}
+    assert _scan(ws_path, "customers_all__v2")[0] == _scan(ws_path, "customers_all")[0]
+    assert ("c9", -5) not in _scan(ws_path, "customers_all")[0] and ("c10", 9) in _scan(ws_path, "customers_all")[0]
+    from lakepub.contract import dual_write
+    from lakepub.contract.model import load_contract
+
+    dual_write.swap(ws.config, load_contract(contracts / "customers@v2.0.yaml"))
+    assert _pointers(ws_path, "customers__v1__rejects", "customers__v2__rejects")["customers__v2__rejects"] is None
+    r = cli("rejects", "customers_all", "--format", "json")
+    assert r.code == 0 and len(r.json()) == 1, (r.out, r.err)
