@@ -231,3 +231,39 @@ def test_lenient_rejects_are_dual_written_and_swapped_with_the_tables(ws_path: P
     assert _pointers(ws_path, "customers__v1__rejects", "customers__v2__rejects")["customers__v2__rejects"] is None
     r = cli("rejects", "customers_all", "--format", "json")
     assert r.code == 0 and len(r.json()) == 1, (r.out, r.err)
+
+
+def test_deprecate_then_remove_across_two_versions(ws_path: Path, cli):
+    """v1.1 deprecates signup_day (compatible: published in place), v2.0 removes it: a removal is
+    never applied to the published tables in place, it goes through the dual-write window."""
+    landing = _setup(ws_path, ALL_COLUMNS)
+    contracts = ws_path / "catalog" / "contracts"
+    (contracts / "customers@v1.0.yaml").write_text(V1_0)
+    _land(landing, "0001.jsonl", STREAM_1)
+    assert cli("run", "customers_all").code == 0
+    v1_1 = (V1_0.replace('version: "1.0"', 'version: "1.1"').replace("status: DEFAULT\n", "status: DEFAULT\n")
+            .replace("  signup_day: date\n", "  signup_day: {type: date, deprecated: true}\n"))
+    (contracts / "customers@v1.1.yaml").write_text(v1_1)
+    dataset = ws_path / "catalog" / "datasets" / "customers_all.yaml"
+    dataset.write_text(dataset.read_text().replace("customers@v1.0", "customers@v1.1"))
+    _land(landing, "0002.jsonl", STREAM_2)
+    r = cli("run", "customers_all")
+    assert r.code == 0, r.err  # a deprecation changes no table
+    v2 = (v1_1.replace('version: "1.1"', 'version: "2.0"').replace("status: DEFAULT\n", "")
+          .replace("  signup_day: {type: date, deprecated: true}\n", "")
+          + "extra_fields: ignore\ncompat_mode: break\nshadow: {enabled: true}\n")
+    (contracts / "customers@v2.0.yaml").write_text(v2)
+    r = cli("contract", "check", "contracts/customers@v1.1", REF)
+    assert r.code == 0 and "POLICY.REMOVED" in r.out, (r.out, r.err)
+    assert cli("contract", "promote", REF, "--to", "VALIDATED").code == 0
+    assert cli("shadow", "customers_all", "--contract", REF).code == 0
+    assert cli("contract", "promote", REF, "--to", "CANARY").code == 0
+    assert cli("contract", "promote", REF, "--to", "DUAL_WRITE").code == 0
+    assert cli("run", "customers_all").code == 0
+    columns = {n: [c["column_name"] for c in cli("query", f"SELECT column_name FROM (DESCRIBE {n})", "--format",
+                                                      "json").json()] for n in ("customers_all", "customers_all__v2")}
+    assert "signup_day" in columns["customers_all"] and "signup_day" not in columns["customers_all__v2"]
+    assert cli("contract", "promote", REF, "--to", "DEFAULT", "--since", "2999-01-01").code == 0
+    assert "signup_day" not in [c["column_name"] for c in cli(
+        "query", "SELECT column_name FROM (DESCRIBE customers_all)", "--format", "json").json()]
+    assert _scan(ws_path, "customers_all")[0] == _oracle(STREAM_1 + STREAM_2)
