@@ -19,7 +19,8 @@ both, exit 2, and nothing is published).
    version's readers see nothing: no table of theirs moves). Resumable: the partner's position
    is recorded on its tables like any dataset's.
 2. **dual write**: every later batch stages the partner's ledger and tables (projected against
-   the partner's ledger, written, snapshots staged) and adds them to the old version's commit:
+   the partner's ledger, written, snapshots staged; in one background thread, while the old
+   version's side is written) and adds them to the old version's commit:
    ``commit_atomically`` swaps every pointer in one database transaction asserting each parent,
    so a crash before it leaves neither version moved and a crash after it leaves both; a lost
    race retries both. The partner must be exactly at the batch's start (it is after step 1);
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import re
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     from lakepub.positions import Vector
 
 DUAL_WRITE = "DUAL_WRITE"
+_BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-dual")
 _STATUS = re.compile(r"^status:[ \t]*DUAL_WRITE\b", re.MULTILINE)
 
 
@@ -139,6 +142,7 @@ class Companion:
         self.publisher = publisher
         self.landing = LandingSource(landing_folder, publisher.contract)
         self.events: pa.Table | None = None  # an explicit batch's events (Workspace.publish), else the landing's
+        self._pending: Future | None = None  # the staging begun for the current attempt
 
     # --- 1. build beside ----------------------------------------------------------------------
 
@@ -175,7 +179,29 @@ class Companion:
 
     # --- 2. dual write ------------------------------------------------------------------------
 
-    def stage(self, identity: BatchIdentity, new_positions: dict[str, Vector]) -> Deferred:
+    def begin(self, identity: BatchIdentity) -> None:
+        """Start staging the batch for the partner in the background (a single thread: the
+        partner's read, projection and files overlap the old version's); ``join`` waits for it.
+        A previous attempt's staging that was never joined (that attempt failed) is waited for
+        first, its outcome dropped: its files are orphans for the janitor."""
+        self.settle()
+        self._pending = _BACKGROUND.submit(self.stage, identity)
+
+    def join(self) -> Deferred:
+        pending, self._pending = self._pending, None
+        if pending is None:  # pragma: no cover - begin() precedes every join()
+            raise RuntimeError("dual write: join() without begin()")
+        return pending.result()
+
+    def settle(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            try:
+                pending.result()
+            except Exception:  # noqa: BLE001 - the attempt it belonged to failed already
+                pass
+
+    def stage(self, identity: BatchIdentity) -> Deferred:
         """Project, write and stage this batch for the partner (its events read again under the
         new contract); the caller commits the changes with its own."""
         from lakepub import positions
@@ -221,6 +247,8 @@ def attach(ws: Any, publisher: Any, spec: Any, landing_folder: Path | None, max_
     group = publisher.group
     new = partner_contract(ws.config, group.contract)
     if new is None:
+        if publisher.companion is not None:
+            publisher.companion.settle()
         publisher.companion = None
         return None
     if publisher.ordered:
@@ -229,10 +257,13 @@ def attach(ws: Any, publisher: Any, spec: Any, landing_folder: Path | None, max_
                            f"published (or move {new.schema_ref} back: contract promote --to VALIDATED)")
     companion = publisher.companion
     if companion is None or companion.publisher.contract.sha256 != new.sha256:
+        if companion is not None:
+            companion.settle()
         partner = partner_group(group, new)
         pub = Publisher(ws.catalog, ws.config.namespace, partner, publisher._duck_factory,  # noqa: SLF001
                         mode="atomic", key_index=ws.config.key_index, cache=ws.file_cache)
         companion = Companion(pub, ws.config.landing_dir(spec.source, landing_folder))
+    companion.settle()
     publisher.companion = None  # the build commits the partner alone
     ledger, _, latest = publisher.load()
     checkpoint = publisher.checkpoint(ledger, latest)

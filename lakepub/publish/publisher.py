@@ -348,6 +348,8 @@ class Publisher:
         for another publisher's commit (``publish/dual.py``) with what to do once it landed."""
         if gate is not None:  # the batch's events, rejected ones included, and what the gates did
             change = replace(change, counts=replace(change.counts, events=n_events, **gate.counts))
+        if self.companion is not None and not defer:  # DUAL_WRITE: the new version's side staged meanwhile
+            self.companion.begin(identity)
         # Every dataset's new partitions first: a refusal (a sum out of range) writes nothing.
         rewrites: dict[str, Rewrite] = {name: writer.rewrite(tables[name], change)
                                         for name, writer in self.writers.items()}
@@ -406,7 +408,7 @@ class Publisher:
 
         if defer:
             return Deferred(changes, done)
-        joined = self.companion.stage(identity, new_positions) if self.companion is not None else None
+        joined = self.companion.join() if self.companion is not None else None
         if joined is not None:  # the new major version's tables move in the same atomic commit
             changes += joined.changes
         fault_point("after-data-write")
