@@ -5,7 +5,8 @@ A customers entity with an aggregate (MRR per country and plan) and a current-st
 ``--rounds`` batches of ``--batch`` updates, each landed as a segment and published by one
 ``Workspace.run`` in a fresh workspace object: first under v1.0 alone, then with v2.0 (``mrr_cents``
 narrowed long -> int) in DUAL_WRITE, after its build beside the published one (timed once: the
-whole landing published under v2.0 in its own commits). Minimums and medians in seconds; the ratio
+whole landing published under v2.0 in its own commits), alternating runs with the v2.0 side
+staged in its background thread (as shipped) and inline after the v1.0 side (``serial``). Minimums and medians in seconds; the ratio
 dual / single is measured in the same run.
 
     python scripts/bench/dual_write.py [--quick] [--customers N] [--batch B] [--rounds R] [--json PATH]
@@ -25,7 +26,22 @@ import yaml
 
 import common as c  # puts the checkout first on sys.path
 
+from lakepub.publish import dual  # noqa: E402
 from lakepub.workspace import Workspace  # noqa: E402
+
+BACKGROUND = dual._BACKGROUND
+
+
+class _Inline:
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+
+        done: Future = Future()
+        try:
+            done.set_result(fn(*args))
+        except Exception as exc:  # noqa: BLE001
+            done.set_exception(exc)
+        return done
 
 CONTRACT = """\
 name: customers
@@ -76,16 +92,21 @@ def one(folder: Path, customers: int, batch: int, rounds: int) -> dict[str, list
     landing.mkdir(parents=True)
     _land(landing, "0000.jsonl", range(customers), 1, r)
     _run(root)
-    out: dict[str, list[float]] = {"single": [], "build": [], "dual": []}
+    out: dict[str, list[float]] = {"single": [], "build": [], "dual": [], "serial": []}
     seg = 1
-    for version, key in [(2 + i, "single") for i in range(rounds)] + [(None, "build")] + \
-                        [(2 + rounds + i, "dual") for i in range(rounds)]:
+    plan = ([(2 + i, "single") for i in range(rounds)] + [(None, "build")]
+            + [(2 + rounds + i, k) for i in range(rounds) for k in ("dual", "serial")])
+    for version, key in plan:
         if key == "build":
             (root / "catalog" / "contracts" / "customers@v2.0.yaml").write_text(V2)
         else:
-            _land(landing, f"{seg:04d}.jsonl", r.sample(range(customers), batch), version, r)
+            _land(landing, f"{seg:04d}.jsonl", r.sample(range(customers), batch), version + seg, r)
             seg += 1
+        # "serial": the partner's side staged inline after the old version's (the background
+        # thread replaced by a synchronous executor), to measure what the overlap saves.
+        dual._BACKGROUND = _Inline() if key == "serial" else BACKGROUND
         out[key].append(_run(root))
+    dual._BACKGROUND = BACKGROUND
     with Workspace.open(root) as ws:  # the dual write happened: both versions hold the same live rows
         n = [ws.catalog.load_table(("lakepub", t)).scan().to_arrow().num_rows for t in ("customers_all", "customers_all__v2")]
         assert n[0] == n[1] == customers, n
@@ -107,9 +128,12 @@ def main() -> None:
         runs = one(Path(tmp), args.customers, args.batch, args.rounds)
     r.section(f"{args.customers:,} live customers, batches of {args.batch:,} updates, one `run` each: minimum (median)")
     for key, label in (("single", "v1.0 alone"), ("dual", "v1.0 + v2.0 in one commit"),
+                       ("serial", "same, the v2.0 side staged serially"),
                        ("build", "build beside (whole landing under v2.0)")):
         r.figure(f"{key}_min_s", min(runs[key]), label, "s", f"median {statistics.median(runs[key]):.3f} s")
     r.ratio("dual_vs_single", r.figures["dual_min_s"], r.figures["single_min_s"], "dual-write run / single run (minimums)")
+    r.ratio("dual_vs_serial", r.figures["dual_min_s"], r.figures["serial_min_s"],
+            "dual-write run / same with serial staging (minimums)")
     r.emit(args)
 
 
