@@ -115,6 +115,8 @@ def test_both_versions_are_published_in_one_commit_and_the_new_one_swapped_in(ws
     assert _pointers(ws_path, "customers_all__v2", "customers__v2__ledger") == {
         "customers_all__v2": None, "customers__v2__ledger": None}
     assert "contract: contracts/customers@v2.0" in (ws_path / "catalog" / "datasets" / "customers_all.yaml").read_text()
+    r = cli("verify", "customers_all", "--deep")  # the swapped-in ledger and table agree
+    assert r.code == 0, (r.out, r.err)
     # Publishing goes on under v2 alone, and v1 is deprecated.
     _land(landing, "0004.jsonl", [_event("c8", 1, "DE", "pro", 5)])
     r = cli("run", "customers_all")
