@@ -131,7 +131,9 @@ def promote(config: Any, path: Path, target: str, *, today: dt.date | None = Non
         if move == ("DUAL_WRITE", "DEFAULT"):  # the new version's tables swapped in, the dataset files rewritten
             from lakepub.contract import dual_write
 
-            dual_write.swap(config, contract)
+            files = dual_write.swap(config, contract)
+            result.conditions.append(Condition("swap", True, "the new version's tables are the published ones; "
+                                               f"contract: rewritten in {', '.join(files) or '(no file)'}"))
         _write_status(path, target, contract.schema_ref)
         _record(config.root, result, today)
         result.applied = True
