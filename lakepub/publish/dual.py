@@ -24,7 +24,11 @@ both, exit 2, and nothing is published).
    ``commit_atomically`` swaps every pointer in one database transaction asserting each parent,
    so a crash before it leaves neither version moved and a crash after it leaves both; a lost
    race retries both. The partner must be exactly at the batch's start (it is after step 1);
-   otherwise the publish is refused with exit 4 (retry: the next run builds it up first).
+   past it, another run's dual commit landed: a lost race, retried (the retry finds the batch
+   published); behind it, the publish is refused with exit 4 (the next run builds it up first).
+   Concurrent runs are safe in both steps: the build reads the partner's position before the old
+   version's (the partner is never ahead at any instant) and starts again from the partner's
+   new position when another run moved it.
 
 Invariant: while the partner exists, the old version's tables and the partner's tables record
 the same positions after every commit of a run (``contract promote --to DEFAULT`` checks it
@@ -152,30 +156,39 @@ class Companion:
         checkpoint = pub.checkpoint(ledger, latest)
         return dict(checkpoint[1].positions.get(source, {})) if checkpoint else {}
 
-    def build(self, source: str, target: Vector, max_batch: int) -> int:
-        """Publish the landing from the partner's position up to ``target`` (the old version's);
-        returns the batches published."""
+    def build(self, source: str, target: Callable[[], Vector], max_batch: int) -> int:
+        """Publish the landing from the partner's position up to ``target()`` (the old version's);
+        returns the batches published. The partner's position is read before the old one's: it
+        is never ahead of it at any instant, so seen ahead it was moved outside lakepub. Another
+        run building or dual-writing meanwhile makes a batch stale: positions are read again."""
         from lakepub import positions
+        from lakepub.errors import StaleStart
 
         pub = self.publisher
         pub.catch_up()
-        have = self.position(source)
-        ahead = {p: n for p, n in have.items() if n > target.get(p, 0)}
-        if ahead:
-            raise BlockedError(
-                f"the {pub.contract.schema_ref} tables of entity '{pub.group.name}' are ahead of the published version "
-                f"({positions.dumps(have)} vs {positions.dumps(target)}); they were moved outside a dual-write run: "
-                f"drop the {pub.group.name} tables to build them again; nothing was published")
         done = 0
-        if positions.same_position(have, target):
-            return done
-        if not self.landing.exists():
-            raise BlockedError(f"the {pub.contract.schema_ref} version is built from the landing, and "
-                               f"{self.landing.folder} does not exist; nothing was published")
-        for batch, start, end in self.landing.batches(have, max_batch, until=target):
-            pub.publish(batch, source=source, start=start, end=end, dataset=pub.group.dataset_names[0])
-            done += 1
-        return done
+        for _ in range(pub.max_attempts):
+            have = self.position(source)
+            goal = target()
+            ahead = {p: n for p, n in have.items() if n > goal.get(p, 0)}
+            if ahead:
+                raise BlockedError(
+                    f"the {pub.contract.schema_ref} tables of entity '{pub.group.name}' are ahead of the published "
+                    f"version ({positions.dumps(have)} vs {positions.dumps(goal)}); they were moved outside a "
+                    f"dual-write run: drop the {pub.group.name} tables to build them again; nothing was published")
+            if positions.same_position(have, goal):
+                return done
+            if not self.landing.exists():
+                raise BlockedError(f"the {pub.contract.schema_ref} version is built from the landing, and "
+                                   f"{self.landing.folder} does not exist; nothing was published")
+            try:
+                for batch, start, end in self.landing.batches(have, max_batch, until=goal):
+                    pub.publish(batch, source=source, start=start, end=end, dataset=pub.group.dataset_names[0])
+                    done += 1
+            except StaleStart:
+                continue  # another run moved the partner meanwhile: from its new position
+        raise PartnerBehind(f"gave up building the {pub.contract.schema_ref} tables: other runs kept moving them; "
+                            "nothing is wrong, run again")
 
     # --- 2. dual write ------------------------------------------------------------------------
 
@@ -219,6 +232,10 @@ class Companion:
         previous = checkpoint[1] if checkpoint else None
         committed = (previous.positions if previous else {}).get(identity.source, {})
         if not positions.same_position(identity.start, committed):
+            if all(committed.get(p, 0) >= n for p, n in identity.start.items()):
+                from lakepub.store.commit import CommitConflict  # another run's dual commit landed: retry both
+
+                raise CommitConflict(f"the {pub.group.name} tables moved past the batch's start")
             raise PartnerBehind(
                 f"the {pub.contract.schema_ref} tables (dual write) are at {positions.dumps(committed)}, the batch "
                 f"starts at {positions.dumps(identity.start)}; nothing was published: run 'lakepub run' again "
@@ -265,9 +282,12 @@ def attach(ws: Any, publisher: Any, spec: Any, landing_folder: Path | None, max_
         companion = Companion(pub, ws.config.landing_dir(spec.source, landing_folder))
     companion.settle()
     publisher.companion = None  # the build commits the partner alone
-    ledger, _, latest = publisher.load()
-    checkpoint = publisher.checkpoint(ledger, latest)
-    target = dict(checkpoint[1].positions.get(spec.source, {})) if checkpoint else {}
+
+    def target() -> Vector:
+        ledger, _, latest = publisher.load()
+        checkpoint = publisher.checkpoint(ledger, latest)
+        return dict(checkpoint[1].positions.get(spec.source, {})) if checkpoint else {}
+
     companion.build(spec.source, target, max_batch)
     publisher.companion = companion
     return companion
