@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from lakepub import duck
 from lakepub.workspace import Workspace
 from tests.test_any_dataset import STREAM_1, STREAM_2, _event, _land, _live, _setup
@@ -289,6 +291,7 @@ def test_a_new_field_with_a_default_reaches_old_rows_through_the_window(ws_path:
     assert rows == [("standard",)]
 
 
+@pytest.mark.slow  # two CLI processes racing (~10 s); the single-process protocol is covered above
 def test_concurrent_runs_during_dual_write_publish_each_batch_once_to_both(ws_path: Path, cli, cli_process):
     import concurrent.futures
 
