@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
 DUAL_WRITE = "DUAL_WRITE"
 _BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-dual")
-_STATUS = re.compile(r"^status:[ \t]*DUAL_WRITE\b", re.MULTILINE)
+_STATUS = re.compile(r"^status:[ \t]*[\"']?DUAL_WRITE\b", re.MULTILINE)
 
 
 class PartnerBehind(RetryableError):
