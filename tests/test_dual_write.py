@@ -308,3 +308,21 @@ def test_concurrent_runs_during_dual_write_publish_each_batch_once_to_both(ws_pa
 
     records = [latest_record(ws.catalog.load_table(("lakepub", n))) for n in ("customers_all", "customers_all__v2")]
     assert records[0].positions == records[1].positions == {"customers": {"p0": 67}}
+
+
+@pytest.mark.integration
+def test_dual_write_and_the_swap_on_a_postgresql_catalog(ws_path: Path, cli, pg_url: str):
+    from tests.conftest import set_catalog
+
+    set_catalog(ws_path, type="sql", uri=pg_url, warehouse=".lakepub/warehouse")
+    landing = _dual_write(ws_path, cli)
+    _land(landing, "0002.jsonl", STREAM_2)
+    before = _pointers(ws_path, *TABLES)
+    r = cli("run", "customers_all")
+    assert r.code == 0, r.err
+    after = _pointers(ws_path, *TABLES)
+    assert after["customers_all"] != before["customers_all"] and after["customers_all__v2"] is not None
+    assert _scan(ws_path, "customers_all__v2") == (_oracle(STREAM_1 + STREAM_2), "INTEGER")
+    assert cli("contract", "promote", REF, "--to", "DEFAULT").code == 0
+    assert _scan(ws_path, "customers_all") == (_oracle(STREAM_1 + STREAM_2), "INTEGER")
+    assert _scan(ws_path, "customers_all__v1") == (_oracle(STREAM_1 + STREAM_2), "BIGINT")
