@@ -326,3 +326,20 @@ def test_dual_write_and_the_swap_on_a_postgresql_catalog(ws_path: Path, cli, pg_
     assert cli("contract", "promote", REF, "--to", "DEFAULT").code == 0
     assert _scan(ws_path, "customers_all") == (_oracle(STREAM_1 + STREAM_2), "INTEGER")
     assert _scan(ws_path, "customers_all__v1") == (_oracle(STREAM_1 + STREAM_2), "BIGINT")
+
+
+def test_the_rollback_stops_the_dual_write_and_reopening_the_window_builds_it_up(ws_path: Path, cli):
+    landing = _dual_write(ws_path, cli)
+    assert cli("run", "customers_all").code == 0  # built beside
+    assert cli("contract", "promote", REF, "--to", "VALIDATED").code == 0  # the rollback switch
+    _land(landing, "0002.jsonl", STREAM_2)
+    stopped = _pointers(ws_path, *TABLES)
+    assert cli("run", "customers_all").code == 0
+    moved = _pointers(ws_path, *TABLES)
+    assert moved["customers_all__v2"] == stopped["customers_all__v2"] and moved["customers_all"] != stopped["customers_all"]
+    assert cli("query", "SELECT 1 FROM customers_all__v2").code == 2  # no view outside the window
+    for state in ("CANARY", "DUAL_WRITE"):
+        r = cli("contract", "promote", REF, "--to", state)
+        assert r.code == 0, r.err
+    assert cli("run", "customers_all").code == 0  # builds the new version up from where it stopped
+    assert _scan(ws_path, "customers_all__v2")[0] == _scan(ws_path, "customers_all")[0] == _oracle(STREAM_1 + STREAM_2)
