@@ -100,6 +100,12 @@ def test_both_versions_are_published_in_one_commit_and_the_new_one_swapped_in(ws
     q = cli("query", "SELECT any_value(typeof(mrr_cents)) AS t, sum(mrr_cents) AS s FROM customers_all__v2", "--format", "json")
     assert q.code == 0 and q.json() == [{"t": "INTEGER", "s": sum(v for _, v in _oracle(STREAM_1 + STREAM_2))}], q.err
 
+    # The janitor keeps both versions' files (each is a table of the catalog).
+    r = cli("janitor", "--older-than", "0s", "--retain-last", "1")
+    assert r.code == 0, r.err
+    assert _scan(ws_path, "customers_all__v2")[0] == _scan(ws_path, "customers_all")[0] == _oracle(STREAM_1 + STREAM_2)
+    after = _pointers(ws_path, *TABLES)
+
     # 3. A value the new version refuses (out of int) refuses the batch for both: nothing moves.
     _land(landing, "0003.jsonl", [_event("c7", 1, "FR", "pro", 3_000_000_000)])
     r = cli("run", "customers_all")
@@ -119,6 +125,9 @@ def test_both_versions_are_published_in_one_commit_and_the_new_one_swapped_in(ws
     assert "contract: contracts/customers@v2.0" in (ws_path / "catalog" / "datasets" / "customers_all.yaml").read_text()
     r = cli("verify", "customers_all", "--deep")  # the swapped-in ledger and table agree
     assert r.code == 0, (r.out, r.err)
+    for _ in range(2):  # a first run marks superseded folders, a second deletes them: the swap supersedes none
+        assert cli("janitor", "--older-than", "0s", "--retain-last", "1").code == 0
+    assert _scan(ws_path, "customers_all")[0] == _scan(ws_path, "customers_all__v1")[0] == _oracle(everything)
     # Publishing goes on under v2 alone, and v1 is deprecated.
     _land(landing, "0004.jsonl", [_event("c8", 1, "DE", "pro", 5)])
     r = cli("run", "customers_all")
