@@ -136,6 +136,12 @@ def test_both_versions_are_published_in_one_commit_and_the_new_one_swapped_in(ws
     assert _pointers(ws_path, "customers_all__v2")["customers_all__v2"] is None  # no dual write any more
     assert cli("query", "SELECT 1 FROM customers_all__v2").code == 2  # its view went with it
     assert cli("contract", "promote", "contracts/customers@v1.0", "--to", "DEPRECATED").code == 0
+    # Readers not migrated yet read the old version under its kept name until it is retired.
+    q = cli("query", "SELECT any_value(typeof(mrr_cents)) AS t, count(*) AS n FROM customers_all__v1", "--format", "json")
+    assert q.code == 0 and q.json() == [{"t": "BIGINT", "n": len(_live(everything))}], q.err
+    r = cli("contract", "promote", "contracts/customers@v1.0", "--to", "RETIRED")
+    assert r.code == 0, r.err
+    assert cli("query", "SELECT 1 FROM customers_all__v1").code == 2
 
 
 def test_a_crash_before_the_pointer_swap_leaves_neither_version_moved(ws_path: Path, cli, cli_process):

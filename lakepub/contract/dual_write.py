@@ -20,7 +20,8 @@ as its published counterpart (run ``lakepub run`` first). It then swaps, in ONE 
 transaction asserting every pointer it read (``store/commit.exchange_tables``): each published
 name (ledger, datasets, and the rejects table when both versions have one) points at the new version's metadata, and the new version's entries
 are renamed ``<table>__v<OLD MAJOR>``, pointing at the old version's metadata, kept for
-DEPRECATED/RETIRED. Readers of ``customers_current`` see the old version until the COMMIT and the
+DEPRECATED/RETIRED (a ``lakepub query`` view until the old contract file says RETIRED:
+``publish/dual.kept_names``). Readers of ``customers_current`` see the old version until the COMMIT and the
 new one after it. Then each dataset file's ``contract:`` line is rewritten to the new version and
 the contract's status to DEFAULT. A crash after the swap and before the rewrite leaves the
 tables on the new version and the files on the old one (publishes are refused as a contract

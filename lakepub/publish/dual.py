@@ -308,14 +308,15 @@ def explicit(ws: Any, publisher: Any, spec: Any, events: Any) -> Iterator[None]:
 
 
 def partner_views(ws: Any, cache: Path) -> dict[str, Any]:
-    """{``<dataset>__v<MAJOR>``: its view} of every published partner table (``lakepub query``)."""
+    """{``<dataset>__v<MAJOR>``: its view} of every published partner table, and of every old
+    version kept by a swap whose contract is not RETIRED (``lakepub query``)."""
     from pyiceberg.exceptions import NoSuchTableError
 
     from lakepub import views
     from lakepub.store.layout import summary_id
 
     out = {}
-    for name in view_names(ws.config):
+    for name in view_names(ws.config) + kept_names(ws.config):
         try:
             table = ws.catalog.load_table(summary_id(ws.config.namespace, name))
         except NoSuchTableError:
@@ -358,3 +359,27 @@ def view_names(config: WorkspaceConfig) -> list[str]:
         if seen[key] is not None:
             out.append(name + suffix(seen[key]))
     return out
+
+
+_FILE_MAJOR = re.compile(r"@v(\d+)(?:\.\d+)*\.yaml$")
+_RETIRED = re.compile(r"^status:[ \t]*[\"']?RETIRED\b", re.MULTILINE)
+
+
+def kept_names(config: WorkspaceConfig) -> list[str]:
+    """``<dataset>__v<M>`` for every contract file of a dataset's contract name with a lower
+    major version M that is not RETIRED: the old version a DEFAULT swap kept, readable until it
+    is retired (file names and status lines only; no contract is parsed)."""
+    folder = config.root / config.catalog_dir / "contracts"
+    older: dict[tuple[str, int], list[int]] = {}
+    out: set[str] = set()
+    for name, spec in sorted(config.datasets.items()):
+        key = (spec.contract.name, major(spec.contract))
+        if key not in older:
+            found = []
+            for path in folder.glob(f"{spec.contract.name}@v*.yaml") if folder.is_dir() else ():
+                m = _FILE_MAJOR.search(path.name)
+                if m and int(m.group(1)) < key[1] and not _RETIRED.search(path.read_text()):
+                    found.append(int(m.group(1)))
+            older[key] = sorted(set(found))
+        out.update(f"{name}__v{m}" for m in older[key])
+    return sorted(out)
