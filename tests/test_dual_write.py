@@ -358,3 +358,18 @@ def test_the_rollback_stops_the_dual_write_and_reopening_the_window_builds_it_up
         assert r.code == 0, r.err
     assert cli("run", "customers_all").code == 0  # builds the new version up from where it stopped
     assert _scan(ws_path, "customers_all__v2")[0] == _scan(ws_path, "customers_all")[0] == _oracle(STREAM_1 + STREAM_2)
+
+
+def test_a_merge_on_read_dataset_is_dual_written(ws_path: Path, cli):
+    dataset = ws_path / "catalog" / "datasets" / "customers_all.yaml"
+    landing = _setup(ws_path, {**ALL_COLUMNS, "write_mode": "merge-on-read"})
+    contracts = ws_path / "catalog" / "contracts"
+    (contracts / "customers@v1.0.yaml").write_text(V1_0)
+    (contracts / "customers@v2.0.yaml").write_text(V2 + "status: DUAL_WRITE\n")  # set by hand: the publish path only
+    _land(landing, "0001.jsonl", STREAM_1)
+    assert cli("run", "customers_all").code == 0  # v1.0 published, v2.0 built beside in the same run
+    _land(landing, "0002.jsonl", STREAM_2)
+    assert cli("run", "customers_all").code == 0
+    assert "merge-on-read" in dataset.read_text()
+    want = _oracle(STREAM_1 + STREAM_2)
+    assert _scan(ws_path, "customers_all") == (want, "BIGINT") and _scan(ws_path, "customers_all__v2") == (want, "INTEGER")
