@@ -13,7 +13,8 @@ dataset; a batch moves all of them in one atomic commit, recording the same posi
 4. every dataset rewrites the partitions the changed entities touch (``publish/datasets.py``;
    its current rows and files are kept between publishes while no one else moves it);
 5. write the new files, then commit the ledger and every published table (whose snapshot
-   summaries carry the checkpoint) in one atomic catalog commit that asserts each expected parent;
+   summaries carry the checkpoint) in one atomic catalog commit that asserts each expected parent
+   (while a major contract version is in DUAL_WRITE, its ledger and tables too: publish/dual.py);
 6. a lost race reloads and starts over from step 2, a bounded number of times with backoff.
 
 A dataset added to an entity that already has history is first built from the ledger at the
