@@ -217,10 +217,26 @@ def test_the_swap_is_one_transaction_and_a_promotion_stopped_after_it_finishes(w
         pass
     assert _pointers(ws_path, *TABLES, "customers_all__v1") == before  # the first pair's renames rolled back too
     # The swap lands, and the process stops before rewriting the dataset file: promoting again finishes.
+    _land(ws_path / "landing" / "customers" / "p0", "0002.jsonl", [_event("c9", 1, "DE", "basic", 42)])  # the producer's copy
+    ws.run("customers_all")  # a long-lived workspace, its publisher on v1.0 with the v2.0 partner attached
     exchange_tables(ws.catalog, pairs)
     assert "contract: contracts/customers@v1.0" in (ws_path / "catalog" / "datasets" / "customers_all.yaml").read_text()
+    # Nothing publishes v1.0 rows into the swapped-in tables: not a new process reading the files
+    # the promotion did not rewrite yet, nor the long-lived workspace.
+    _land(ws_path / "landing" / "customers" / "p0", "0009.jsonl", [_event("c11", 1, "FR", "pro", 1)])
+    r = cli("run", "customers_all")
+    assert r.code == 3 and "if that promotion stopped before rewriting the dataset files, run it again" in r.err, r.err
+    from lakepub.errors import BlockedError
+
+    try:
+        ws.run("customers_all")
+        raise AssertionError("the stale workspace must be refused")
+    except BlockedError as exc:
+        assert "was swapped to a newer major version" in str(exc)
+    swapped = _pointers(ws_path, "customers_all", "customers_all__v1")
     r = cli("contract", "promote", REF, "--to", "DEFAULT")
     assert r.code == 0, r.err
+    assert _pointers(ws_path, "customers_all", "customers_all__v1") == swapped  # finished: nothing swapped twice
     assert "contract: contracts/customers@v2.0" in (ws_path / "catalog" / "datasets" / "customers_all.yaml").read_text()
     assert _scan(ws_path, "customers_all")[1] == "INTEGER" and _scan(ws_path, "customers_all__v1")[1] == "BIGINT"
 

@@ -30,6 +30,11 @@ both, exit 2, and nothing is published).
    version's (the partner is never ahead at any instant) and starts again from the partner's
    new position when another run moved it.
 
+After the DEFAULT swap (``contract/dual_write.py``), a process still holding dataset files that
+name the old version is refused at its next run or publish (``_refuse_swapped``), and a batch
+whose partner tables vanished under it (renamed by the swap) is refused: neither publishes the
+old version's rows into the swapped-in tables.
+
 Invariant: while the partner exists, the old version's tables and the partner's tables record
 the same positions after every commit of a run (``contract promote --to DEFAULT`` checks it
 before swapping). Cost: the landing range is read and validated a second time, the batch
@@ -217,6 +222,8 @@ class Companion:
     def stage(self, identity: BatchIdentity) -> Deferred:
         """Project, write and stage this batch for the partner (its events read again under the
         new contract); the caller commits the changes with its own."""
+        from pyiceberg.exceptions import NoSuchTableError
+
         from lakepub import positions
         from lakepub.identity import BatchIdentity
         from lakepub.publish import evolution, gating
@@ -227,7 +234,11 @@ class Companion:
         raw = self.events if self.events is not None else self._read(identity.start, identity.end)
         original = pub.prepare(raw)
         mine = BatchIdentity(pub.group.name, identity.source, identity.start, identity.end, original.digest)
-        ledger, tables, latest = pub.load()
+        try:
+            ledger, tables, latest = pub.load()
+        except NoSuchTableError as exc:  # promote --to DEFAULT swapped it in (and renamed it) meanwhile
+            raise BlockedError(f"the {pub.contract.schema_ref} tables were swapped in while this run published "
+                               f"({exc}); nothing was published by this batch: run again") from exc
         checkpoint = pub.checkpoint(ledger, latest) if not pub.stale_members(ledger, latest) else None
         previous = checkpoint[1] if checkpoint else None
         committed = (previous.positions if previous else {}).get(identity.source, {})
@@ -262,6 +273,7 @@ def attach(ws: Any, publisher: Any, spec: Any, landing_folder: Path | None, max_
     from lakepub.publish.publisher import Publisher
 
     group = publisher.group
+    _refuse_swapped(ws, group)
     new = partner_contract(ws.config, group.contract)
     if new is None:
         if publisher.companion is not None:
@@ -324,6 +336,26 @@ def partner_views(ws: Any, cache: Path) -> dict[str, Any]:
         if table.metadata.current_snapshot_id is not None:
             out[name] = views.resolve(table, cache)
     return out
+
+
+def _refuse_swapped(ws: Any, group: EntityGroup) -> None:
+    """Refuse (exit 3) to publish under a version whose tables were swapped out: the catalog
+    holds ``<entity>__v<its major>__ledger`` (kept by a DEFAULT swap) while the dataset files
+    this process read still name that version. Costs a glob, and one catalog look-up only when
+    a file of a newer major version exists."""
+    from lakepub.store.layout import ledger_id
+
+    folder = ws.config.root / ws.config.catalog_dir / "contracts"
+    current = major(group.contract)
+    newer = [p for p in folder.glob(f"{group.contract.name}@v*.yaml")
+             if (m := _FILE_MAJOR.search(p.name)) and int(m.group(1)) > current] if folder.is_dir() else []
+    kept = ledger_id(ws.config.namespace, group.name + suffix(group.contract))
+    if newer and ws.catalog.table_exists(kept):
+        raise BlockedError(
+            f"entity '{group.name}' was swapped to a newer major version of {group.contract.name} (contract promote "
+            f"--to DEFAULT kept {group.contract.schema_ref} as {kept[1]}), and the dataset files this process read "
+            f"name {group.contract.schema_ref}; nothing was published: if that promotion stopped before rewriting "
+            "the dataset files, run it again; otherwise run again (a new process reads the rewritten files)")
 
 
 def events_for(events: Any, companion: Companion) -> pa.Table:
