@@ -233,6 +233,13 @@ def test_the_swap_is_one_transaction_and_a_promotion_stopped_after_it_finishes(w
         raise AssertionError("the stale workspace must be refused")
     except BlockedError as exc:
         assert "was swapped to a newer major version" in str(exc)
+    publisher = ws.publisher("customers_all")  # a publish already under way (no partner): its next load refuses
+    publisher.companion = None
+    try:
+        publisher.load()
+        raise AssertionError("a ledger swapped under a publisher must be refused")
+    except BlockedError as exc:
+        assert "was swapped to a newer major version" in str(exc)
     swapped = _pointers(ws_path, "customers_all", "customers_all__v1")
     r = cli("contract", "promote", REF, "--to", "DEFAULT")
     assert r.code == 0, r.err

@@ -339,18 +339,25 @@ def partner_views(ws: Any, cache: Path) -> dict[str, Any]:
 
 
 def _refuse_swapped(ws: Any, group: EntityGroup) -> None:
-    """Refuse (exit 3) to publish under a version whose tables were swapped out: the catalog
-    holds ``<entity>__v<its major>__ledger`` (kept by a DEFAULT swap) while the dataset files
-    this process read still name that version. Costs a glob, and one catalog look-up only when
-    a file of a newer major version exists."""
-    from lakepub.store.layout import ledger_id
-
+    """Before a run: ``refuse_swapped`` if a contract file of a newer major version exists (a
+    glob; one catalog look-up only then)."""
     folder = ws.config.root / ws.config.catalog_dir / "contracts"
     current = major(group.contract)
     newer = [p for p in folder.glob(f"{group.contract.name}@v*.yaml")
              if (m := _FILE_MAJOR.search(p.name)) and int(m.group(1)) > current] if folder.is_dir() else []
-    kept = ledger_id(ws.config.namespace, group.name + suffix(group.contract))
-    if newer and ws.catalog.table_exists(kept):
+    if newer:
+        refuse_swapped(ws.catalog, ws.config.namespace, group)
+
+
+def refuse_swapped(catalog: Any, namespace: str, group: EntityGroup) -> None:
+    """Refuse (exit 3) to publish under a version whose tables were swapped out: the catalog
+    holds ``<entity>__v<its major>__ledger`` (kept by a DEFAULT swap) while the dataset files
+    this process read still name that version. Also asked by ``Publisher.load`` when the
+    entity's ledger has another table uuid than before (a swap during a long run)."""
+    from lakepub.store.layout import ledger_id
+
+    kept = ledger_id(namespace, group.name + suffix(group.contract))
+    if catalog.table_exists(kept):
         raise BlockedError(
             f"entity '{group.name}' was swapped to a newer major version of {group.contract.name} (contract promote "
             f"--to DEFAULT kept {group.contract.schema_ref} as {kept[1]}), and the dataset files this process read "

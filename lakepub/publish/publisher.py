@@ -49,7 +49,7 @@ from lakepub.identity import BatchIdentity, fingerprint
 from lakepub.positions import Vector
 from lakepub.publish import evolution, gating
 from lakepub.publish.batch import PreparedBatch, PublishResult, prepare  # noqa: F401 - re-exported
-from lakepub.publish.dual import Companion, Deferred
+from lakepub.publish.dual import Companion, Deferred, refuse_swapped
 from lakepub.publish.datasets import DatasetWriter, Rewrite
 from lakepub.publish.guards import check_contract
 from lakepub.publish.ledger_append import ledger_rows, stage_ledger
@@ -118,6 +118,7 @@ class Publisher:
         gating.ensure_tables(catalog, namespace, group)
         # DUAL_WRITE (publish/dual.py): the new major version's tables, staged into every commit of ours.
         self.companion: Companion | None = None
+        self._ledger_uuid = ledger.metadata.table_uuid  # another uuid later: replaced (a DUAL_WRITE swap?)
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -143,6 +144,9 @@ class Publisher:
         # a record whose ledger snapshot is newer than the ledger's metadata as loaded).
         tables = {name: self.catalog.load_table((self.namespace, name)) for name in self.writers}
         ledger = self.catalog.load_table(ledger_id(self.namespace, self.group.name))
+        if ledger.metadata.table_uuid != self._ledger_uuid:
+            refuse_swapped(self.catalog, self.namespace, self.group)  # the old version's ledger swapped out
+            self._ledger_uuid = ledger.metadata.table_uuid
         latest = {name: latest_published(table) for name, table in tables.items()}
         for name, table in tables.items():
             self.writers[name].check_head(table, ledger, latest[name])
