@@ -32,6 +32,7 @@ from lakepub.contract.validate import events_from_arrow, events_from_records, re
 from lakepub.failures import classified
 from lakepub.landing import LandingSource
 from lakepub.positions import Vector
+from lakepub.publish import dual
 from lakepub.publish.publisher import PreparedBatch, Publisher, PublishResult, prepare
 from lakepub.store.catalog import open_catalog
 from lakepub.store.integrity import check_scannable
@@ -173,7 +174,9 @@ class Workspace:
             name = "<stdin>" if str(events) == "-" else str(events)
             raise InvalidPosition(f"{name} has {table.num_rows} events but the range {positions.dumps(start_v)} -> "
                                   f"{positions.dumps(end_v)} covers {covered}")
-        return self.publisher(dataset).publish(table, source=source, start=start_v, end=end_v, dataset=dataset)
+        publisher = self.publisher(dataset)
+        with dual.explicit(self, publisher, spec, events):  # DUAL_WRITE: the batch read again for the new version
+            return publisher.publish(table, source=source, start=start_v, end=end_v, dataset=dataset)
 
     @classified
     def run(self, dataset: str, *, landing: str | Path | None = None, max_batch: int = 100_000,
@@ -211,6 +214,7 @@ class Workspace:
         with _ReadAhead(src.batches(committed, max_batch), lambda t: prepare(t, contract)) as batches:
             publisher = self.publisher(dataset)
             publisher.catch_up()  # a dataset added to an entity with history is built first
+            dual.attach(self, publisher, spec, Path(landing) if landing else None, max_batch)  # DUAL_WRITE
             for batch, start, end in batches:
                 if stop is not None and stop():
                     break
@@ -335,6 +339,7 @@ class Workspace:
             table = self._summary_table(name)
             if table is not None and table.metadata.current_snapshot_id is not None and _retirement(table) is None:
                 out[name] = views.resolve(table, cache)  # a retired dataset has no view
+        out.update(dual.partner_views(self, cache))  # DUAL_WRITE: the new major version beside the published one
         return out
 
     @classified

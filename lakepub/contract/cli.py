@@ -220,7 +220,10 @@ def promote(ctx: click.Context, contract_ref: str, target: str, since: str | Non
     state's conditions: lint clean and check passed (VALIDATED), a passing shadow run of every
     dataset of the contract (CANARY, DEFAULT), no observed consumer of a removed column (DEFAULT,
     RETIRED), a DEFAULT replacement (DEPRECATED), grace period over and no dataset naming it
-    (RETIRED). Exit 3 naming every failed condition; nothing changes then."""
+    (RETIRED). DUAL_WRITE (a breaking major version): 'lakepub run' then builds DATASET__vN
+    beside each dataset and publishes both in one commit; DEFAULT from it swaps the new version
+    in atomically, keeps the old one as DATASET__vM and points the dataset files at it. Exit 3
+    naming every failed condition; nothing changes then."""
     from lakepub.contract.lifecycle import promote as run_promote
 
     root = _root(ctx, required=True)

@@ -16,9 +16,13 @@ VALIDATED (the rollback switch), unconditionally. Conditions, cumulative along t
   versions of the contract in the catalog passes.
 * CANARY: and, for every dataset whose contract has this name, a passing ``lakepub shadow`` of
   *this content* of the file (the summary's sha256 of the contract, status aside, must match).
-* DUAL_WRITE: refused for now: publishing both versions in one commit needs a dataset version
-  built beside the published one (the reconciliation issue's rebuilds); a breaking version moves
-  CANARY -> DEFAULT instead when it declares a ``grace_period`` (its migration window).
+* DUAL_WRITE: and a major version above the one the datasets publish, an atomic SQL catalog,
+  the datasets' projections re-derived under it (``contract/dual_write.py``); ``lakepub run``
+  then builds the new version beside the published one and publishes both in one commit
+  (``publish/dual.py``). A breaking version may also move CANARY -> DEFAULT directly when it
+  declares a ``grace_period`` (its migration window), as a new line with no dual write.
+* DEFAULT from DUAL_WRITE: and the new version's tables at the published positions; the
+  promotion swaps them in (one catalog transaction) and rewrites the dataset files' ``contract:``.
 * DEFAULT: and no consumer observed since ``--since`` (default: the grace period's start, else
   30 days ago) reads a column that this version removes from the previous one.
 * DEPRECATED: a newer version of the contract is DEFAULT.
@@ -113,17 +117,23 @@ def promote(config: Any, path: Path, target: str, *, today: dt.date | None = Non
         if step != 1 and move not in _COMPATIBLE_SKIPS:
             raise ConfigError(f"{path}: status: {current} -> {target} is not a lifecycle move; from {current} the "
                               f"next state is {_next(current)}")
-        if target == "DUAL_WRITE":
-            raise PromotionRefused(
-                f"{contract.schema_ref}: DUAL_WRITE (both versions published in one commit) is not available yet: "
-                "it needs a dataset version built beside the published one; a compatible version goes "
-                "CANARY -> DEFAULT, a breaking one too when it declares a grace_period; nothing was changed")
         since = since or _since(contract, today)
         _conditions(result, config, contract, path, earlier, versions, move, today, since)
+        if target == "DUAL_WRITE" or move == ("DUAL_WRITE", "DEFAULT"):  # contract/dual_write.py
+            from lakepub.contract import dual_write
+
+            result.conditions += (dual_write.enter_conditions(config, contract) if target == "DUAL_WRITE"
+                                  else dual_write.leave_conditions(config, contract))
     if not result.ok:
         failed = "; ".join(f"{c.name}: {c.detail}" for c in result.conditions if not c.ok)
         raise PromotionRefused(f"{contract.schema_ref}: {current} -> {target} refused ({failed}); nothing was changed")
     if not dry_run:
+        if move == ("DUAL_WRITE", "DEFAULT"):  # the new version's tables swapped in, the dataset files rewritten
+            from lakepub.contract import dual_write
+
+            files = dual_write.swap(config, contract)
+            result.conditions.append(Condition("swap", True, "the new version's tables are the published ones; "
+                                               f"contract: rewritten in {', '.join(files) or '(no file)'}"))
         _write_status(path, target, contract.schema_ref)
         _record(config.root, result, today)
         result.applied = True

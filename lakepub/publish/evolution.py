@@ -13,7 +13,7 @@ by itself. The first publish under it compares the contract with what the tables
   (required field without default, narrowing, scale change, removal, key or partition change,
   any change of the entity's roles) or a structural/policy error is refused with
   ``IncompatibleContract`` (exit 3: the contract file is valid, the published tables cannot take
-  it; publish it as a new major version into a new dataset built beside the old one). Without the
+  it; publish it as a new major version through DUAL_WRITE: ``publish/dual.py``). Without the
   old file, only added nullable-or-defaulted fields and Iceberg promotions pass (with it too, whatever
   the compat_mode: the old rows stay and are read with the new schema, the backward direction);
 * **each table** (``plan``): the columns lakepub would write for the new contract (``expected``)
@@ -178,8 +178,10 @@ def _refuse(contract: Contract, where: str, published: str, key: str, why: str) 
     return IncompatibleContract(
         f"{where}: contract {contract.schema_ref} is not a compatible evolution of {published}, which the "
         f"published tables were written for ('{key}': {why}); nothing was published: a breaking change is "
-        "published as a new major version into a new dataset (its own name and entity) built beside the old "
-        "one, or set the dataset back to the published contract", file=where, key=key)
+        "published as a new major version into a new dataset built beside the old one: keep the dataset on "
+        f"{published} and take the new major version through 'lakepub contract promote ... --to DUAL_WRITE' "
+        "(both published in one commit, swapped in at DEFAULT), or set the dataset back to the published contract",
+        file=where, key=key)
 
 
 def _load_old(contract: Contract, ref: str | None) -> Contract | None:

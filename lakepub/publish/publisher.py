@@ -13,7 +13,8 @@ dataset; a batch moves all of them in one atomic commit, recording the same posi
 4. every dataset rewrites the partitions the changed entities touch (``publish/datasets.py``;
    its current rows and files are kept between publishes while no one else moves it);
 5. write the new files, then commit the ledger and every published table (whose snapshot
-   summaries carry the checkpoint) in one atomic catalog commit that asserts each expected parent;
+   summaries carry the checkpoint) in one atomic catalog commit that asserts each expected parent
+   (while a major contract version is in DUAL_WRITE, its ledger and tables too: publish/dual.py);
 6. a lost race reloads and starts over from step 2, a bounded number of times with backoff.
 
 A dataset added to an entity that already has history is first built from the ledger at the
@@ -48,6 +49,7 @@ from lakepub.identity import BatchIdentity, fingerprint
 from lakepub.positions import Vector
 from lakepub.publish import evolution, gating
 from lakepub.publish.batch import PreparedBatch, PublishResult, prepare  # noqa: F401 - re-exported
+from lakepub.publish.dual import Companion, Deferred, refuse_swapped
 from lakepub.publish.datasets import DatasetWriter, Rewrite
 from lakepub.publish.guards import check_contract
 from lakepub.publish.ledger_append import ledger_rows, stage_ledger
@@ -114,6 +116,9 @@ class Publisher:
                                     cache=cache)
         self.gate_partitions = gating.partition_columns(group)  # publish gates: publish/gating.py
         gating.ensure_tables(catalog, namespace, group)
+        # DUAL_WRITE (publish/dual.py): the new major version's tables, staged into every commit of ours.
+        self.companion: Companion | None = None
+        self._ledger_uuid = ledger.metadata.table_uuid  # another uuid later: replaced (a DUAL_WRITE swap?)
 
     @property
     def con(self) -> duckdb.DuckDBPyConnection:
@@ -139,6 +144,9 @@ class Publisher:
         # a record whose ledger snapshot is newer than the ledger's metadata as loaded).
         tables = {name: self.catalog.load_table((self.namespace, name)) for name in self.writers}
         ledger = self.catalog.load_table(ledger_id(self.namespace, self.group.name))
+        if ledger.metadata.table_uuid != self._ledger_uuid:
+            refuse_swapped(self.catalog, self.namespace, self.group)  # the old version's ledger swapped out
+            self._ledger_uuid = ledger.metadata.table_uuid
         latest = {name: latest_published(table) for name, table in tables.items()}
         for name, table in tables.items():
             self.writers[name].check_head(table, ledger, latest[name])
@@ -339,9 +347,14 @@ class Publisher:
 
     def _attempt(self, ledger: Table, tables: dict[str, Table], latest: dict[str, Latest],
                  previous: PublishRecord | None, change: Change, identity: BatchIdentity, attempt: int,
-                 dataset: str, started: float, gate: gates.Outcome | None = None, n_events: int = 0) -> PublishResult:
+                 dataset: str, started: float, gate: gates.Outcome | None = None, n_events: int = 0,
+                 defer: bool = False) -> PublishResult | Deferred:
+        """Write and commit one attempt; ``defer``: write and stage only, and return the changes
+        for another publisher's commit (``publish/dual.py``) with what to do once it landed."""
         if gate is not None:  # the batch's events, rejected ones included, and what the gates did
             change = replace(change, counts=replace(change.counts, events=n_events, **gate.counts))
+        if self.companion is not None and not defer:  # DUAL_WRITE: the new version's side staged meanwhile
+            self.companion.begin(identity)
         # Every dataset's new partitions first: a refusal (a sum out of range) writes nothing.
         rewrites: dict[str, Rewrite] = {name: writer.rewrite(tables[name], change)
                                         for name, writer in self.writers.items()}
@@ -392,6 +405,17 @@ class Publisher:
         rejected = gating.rejects_change(self.catalog, self.namespace, self.group.name, identity, gate)
         if rejected is not None:  # one more table in the same commit (ordered: before the published tables)
             changes.insert(1, rejected)
+
+        def done() -> PublishResult:
+            snapshots = {name: writer.committed(tables[name], staged[name][0], rewrites[name], staged[name][1])
+                         for name, writer in self.writers.items()}
+            return self._published(identity, dataset, snapshots, new_positions, change, rewrites, attempt)
+
+        if defer:
+            return Deferred(changes, done)
+        joined = self.companion.join() if self.companion is not None else None
+        if joined is not None:  # the new major version's tables move in the same atomic commit
+            changes += joined.changes
         fault_point("after-data-write")
 
         if self.ordered:
@@ -399,8 +423,13 @@ class Publisher:
         else:
             commit_atomically(self.catalog, changes)
         fault_point("after-commit")
-        snapshots = {name: writer.committed(tables[name], staged[name][0], rewrites[name], staged[name][1])
-                     for name, writer in self.writers.items()}
+        if joined is not None:
+            joined.done()
+        return done()
+
+    def _published(self, identity: BatchIdentity, dataset: str, snapshots: dict[str, int | None],
+                   new_positions: dict[str, Vector], change: Change, rewrites: dict[str, Rewrite],
+                   attempt: int) -> PublishResult:
         return PublishResult(
             status="published",
             dataset=dataset,

@@ -331,3 +331,44 @@ def swap_table(catalog: Catalog, published: tuple[str, ...], expected: str, rebu
     finally:
         session.close()
     return rebuilt_location
+
+
+def exchange_tables(catalog: Catalog,
+                    pairs: list[tuple[tuple[str, ...], str, tuple[str, ...], str, tuple[str, ...]]]) -> None:
+    """The DUAL_WRITE -> DEFAULT swap (``contract/dual_write.py``): in ONE database transaction,
+    for each (published, its expected metadata, new, its expected metadata, kept name): point
+    ``published`` at the new version's metadata and rename ``new``'s catalog entry to ``kept``
+    pointing at the old version's metadata (kept for DEPRECATED/RETIRED). Every UPDATE asserts
+    the expected pointer; any row count of 0 (a table moved, or ``kept`` already exists) rolls
+    the whole swap back: CommitConflict, nothing changed. ``kept`` is in ``new``'s namespace. OutcomeUnknown if the COMMIT was not
+    confirmed."""
+    from sqlalchemy.exc import IntegrityError
+
+    sql = require_atomic_commit(catalog)
+    session = Session(sql.engine)
+
+    def where(ident: tuple[str, ...], location: str):
+        return (IcebergTables.catalog_name == sql.name,
+                IcebergTables.table_namespace == Catalog.namespace_to_string(Catalog.namespace_from(ident)),
+                IcebergTables.table_name == Catalog.table_name_from(ident),
+                IcebergTables.metadata_location == location)
+
+    try:
+        try:
+            for published, old, new, new_location, kept in pairs:
+                renamed = session.execute(update(IcebergTables).where(*where(new, new_location)).values(
+                    table_name=Catalog.table_name_from(kept), metadata_location=old, previous_metadata_location=new_location)).rowcount
+                moved = session.execute(update(IcebergTables).where(*where(published, old)).values(
+                    metadata_location=new_location, previous_metadata_location=old)).rowcount
+                if renamed < 1 or moved < 1:
+                    session.rollback()
+                    raise CommitConflict(f"table {'.'.join(published)} or {'.'.join(new)} was updated by another writer")
+        except (OperationalError, IntegrityError) as exc:
+            session.rollback()
+            raise CommitConflict(" ".join(str(exc.orig).split())) from exc
+        try:
+            session.commit()
+        except Exception as exc:  # noqa: BLE001 - it may or may not have landed
+            raise OutcomeUnknown(f"catalog did not confirm the swap: {' '.join(str(exc).split())}") from exc
+    finally:
+        session.close()
