@@ -14,6 +14,11 @@ it does not touch, so a table rewritten partition by partition ends up with abou
 per publish, which every reader must open. The overwrite here writes the surviving, deleted and
 added entries into one manifest instead, so a snapshot lists one manifest whatever the history.
 
+Its entries are encoded as one Avro block (``add_in_one_block``; pyiceberg writes a block per
+entry). A ledger append may be given its snapshot id beforehand (``new_snapshot_id``,
+``append_files``), so that a publish stages the published tables, whose records name that ledger
+snapshot, while the ledger's own file is still being written.
+
 The data files are written by ``store.files.FileWriter``; transactions are ``MemoTransaction``.
 """
 
