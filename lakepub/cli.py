@@ -39,9 +39,11 @@ def _ws(ctx: click.Context) -> Workspace:
 
     # The workspace's imports (pyiceberg's pydantic models, SQLAlchemy, pyarrow) only build objects
     # that live as long as the process: the cyclic GC's passes over them were ~0.1 s of CPU (15% of
-    # the imports, scripts/bench/throughput.py); frozen, later collections skip them too.
-    enabled = gc.isenabled()
-    gc.disable()
+    # the imports, scripts/bench/throughput.py); frozen, later collections skip them too. Only on
+    # the first import: a process that already holds other objects (tests) keeps collecting them.
+    enabled = gc.isenabled() and "lakepub.workspace" not in sys.modules
+    if enabled:
+        gc.disable()
     try:
         from lakepub.workspace import Workspace
     finally:
