@@ -9,13 +9,17 @@ import json
 from datetime import date
 
 import pyarrow as pa
+import pytest
 from click.testing import CliRunner
 
 from lakepub.cli import main
 from lakepub.generate import generate_stream, oracle_summary, read_stream
 from lakepub.store.commit import TableChange, _stage
-from lakepub.store.layout import summary_id
-from lakepub.store.write import staged_metadata, submit_partitions, transaction
+from lakepub.store.layout import ledger_id, summary_id
+from lakepub.store.record import published_history
+from lakepub.store.write import (add_in_one_block, append_files, new_snapshot_id, staged_metadata, submit_partitions,
+                                 transaction)
+from pyiceberg.manifest import write_manifest
 from pyiceberg.table.update import update_table_metadata
 
 
@@ -81,3 +85,55 @@ def test_submitted_partition_files_are_the_files_replace_partitions_writes(ws, w
     assert [f.record_count for f in files] == [3, 4]
     assert [f.partition[0] for f in files] == [0, 1]
     assert all(f.file_path.startswith(table.metadata.location) and "day_month=" in f.file_path for f in files)
+
+
+def test_a_manifest_written_as_one_block_reads_back_like_pyiceberg_s_own(ws, ws_path, tmp_path):
+    """``add_in_one_block`` (the published table's manifests) against pyiceberg's writer: same
+    entries and the same manifest-list summary, in one Avro block instead of one per entry."""
+    _drift(ws_path, 2_000)
+    ws.run("orders_daily", max_batch=1_000)
+    table = ws.catalog.load_table(summary_id(ws.config.namespace, "orders_daily"))
+    [manifest] = table.current_snapshot().manifests(table.io)
+    entries = manifest.fetch_manifest_entry(table.io, discard_deleted=False)
+    assert len(entries) >= 36
+    spec, schema = table.metadata.spec(), table.metadata.schema()
+    written = {}
+    for how in ("theirs", "ours"):
+        out = table.io.new_output(str(tmp_path / f"{how}.avro"))
+        with write_manifest(2, spec, schema, out, manifest.added_snapshot_id, "deflate") as writer:
+            if how == "ours":
+                add_in_one_block(writer, entries)
+            else:
+                for entry in entries:
+                    writer.add_entry(entry)
+        written[how] = writer.to_manifest_file()
+    ours, theirs = written["ours"], written["theirs"]
+    assert ours.manifest_length < theirs.manifest_length  # one block: one count, one deflate stream, one sync
+    for field in ("added_files_count", "existing_files_count", "deleted_files_count", "added_rows_count",
+                  "existing_rows_count", "deleted_rows_count", "min_sequence_number", "partitions"):
+        assert getattr(ours, field) == getattr(theirs, field), field
+    back = ours.fetch_manifest_entry(table.io, discard_deleted=False)
+    assert [(e.status, e.snapshot_id, e.sequence_number, e.data_file.file_path, e.data_file.partition,
+             e.data_file.record_count, e.data_file.lower_bounds, e.data_file.upper_bounds) for e in back] == \
+        [(e.status, e.snapshot_id, e.sequence_number, e.data_file.file_path, e.data_file.partition,
+          e.data_file.record_count, e.data_file.lower_bounds, e.data_file.upper_bounds)
+         for e in theirs.fetch_manifest_entry(table.io, discard_deleted=False)]
+
+
+def test_the_published_record_names_the_ledger_snapshot_drawn_before_the_ledger_was_staged(ws, ws_path):
+    """The published tables are staged before the ledger append (its id chosen first): every
+    record names the ledger snapshot committed with it, and append_files refuses an id in use."""
+    _drift(ws_path, 3_000)
+    ws.run("orders_daily", max_batch=1_000)
+    table = ws.catalog.load_table(summary_id(ws.config.namespace, "orders_daily"))
+    ledger = ws.catalog.load_table(ledger_id(ws.config.namespace, "orders_daily"))
+    records = [record for _, record in published_history(table)]
+    assert len(records) == 3
+    assert records[0].ledger_snapshot == ledger.current_snapshot().snapshot_id
+    ledger_ids = [s.snapshot_id for s in ledger.snapshots()]
+    assert [r.ledger_snapshot for r in reversed(records)] == ledger_ids[-3:]
+    taken = ledger.current_snapshot().snapshot_id
+    with pytest.raises(ValueError, match="already in use"):
+        append_files(transaction(ledger), [], {}, taken)
+    fresh = new_snapshot_id(ledger)
+    assert fresh not in ledger_ids

@@ -20,16 +20,25 @@ from lakepub.store.write import append_files, transaction
 
 
 def stage_ledger(ledger: Table, base: int | None, data_file: list[Future[DataFile]], batch_id: str,
-                  runs: list[key_index.Run] | None, tx: Transaction | None = None) -> Transaction:
+                  runs: list[key_index.Run] | None | Future[list[key_index.Run] | None], tx: Transaction | None = None,
+                  snapshot_id: int | None = None) -> Transaction:
     """A transaction appending the batch's ledger file (once written) on top of snapshot ``base``;
-    its summary names the key-index ``runs`` that hold all its rows (if any). ``tx``: one holding
-    a schema evolution already (``publish/evolution.py``), the append staged after it."""
+    its summary names the key-index ``runs`` that hold all its rows (if any; a future of them is
+    waited for). ``tx``: one holding a schema evolution already (``publish/evolution.py``), the
+    append staged after it. ``snapshot_id``: the new snapshot's id, chosen beforehand
+    (``store.write.new_snapshot_id``): the published tables' records name it, and are staged
+    while the ledger's file and key-index run are still being written."""
     tx = tx if tx is not None else transaction(ledger)
     reset_main(tx, base)  # drops an unpublished append left on the ledger's main
     props = {"lakepub.batch-id": batch_id}
+    if isinstance(runs, Future):
+        runs = runs.result()
     if runs is not None:
         props.update(key_index.properties(runs))
-    append_files(tx, [f.result() for f in data_file], props)
+    append_files(tx, [f.result() for f in data_file], props, snapshot_id)
+    if snapshot_id is not None and tx.table_metadata.current_snapshot_id != snapshot_id:
+        raise AssertionError(f"the ledger append was staged as snapshot {tx.table_metadata.current_snapshot_id}, "
+                             f"not {snapshot_id}")
     return tx
 
 

@@ -62,6 +62,7 @@ from lakepub.store.commit import CommitConflict, TableChange, commit_atomically,
 from lakepub.store.files import FileWriter
 from lakepub.store.layout import ensure_ledger, ledger_arrow, ledger_id, order_keys_version
 from lakepub.store.published import ensure_published
+from lakepub.store.write import new_snapshot_id
 from lakepub.store.record import COMMIT_ATTEMPTS, PUBLISH_STARTED, Counts, PublishRecord, find_batch, latest_published
 
 if TYPE_CHECKING:  # a publish on the key-index path never opens DuckDB: imported on use
@@ -375,10 +376,12 @@ class Publisher:
                                           rewrites[name]) for name, writer in self.writers.items()}
         new_positions = positions.advance(previous.positions if previous else {}, identity.source, identity.end)
 
+        # The published tables are staged first (their manifests are Python work) while the ledger
+        # file and its key-index run are still being written; their records name the ledger
+        # snapshot staged after them, whose id is chosen now.
         ledger_snapshot = ledger_base
         if ledger_file is not None and runs is not None:
-            ledger_tx = stage_ledger(ledger, ledger_base, ledger_file, identity.batch_id, runs.result(), ledger_tx)
-            ledger_snapshot = ledger_tx.table_metadata.current_snapshot_id
+            ledger_snapshot = new_snapshot_id(ledger, ledger_tx)
 
         staged: dict[str, tuple[Transaction, list[DataFile]]] = {}
         timing = {PUBLISH_STARTED: str(int(started * 1000)), COMMIT_ATTEMPTS: str(attempt)}  # metrics, report
@@ -401,6 +404,8 @@ class Publisher:
                 data_version=writer.data_version,
             )
             staged[name] = writer.stage(tables[name], rewrites[name], record, files[name], txs.get(name))
+        if ledger_file is not None and runs is not None:
+            ledger_tx = stage_ledger(ledger, ledger_base, ledger_file, identity.batch_id, runs, ledger_tx, ledger_snapshot)
         changes = [TableChange(ledger, ledger_tx), *(TableChange(tables[n], staged[n][0]) for n in self.writers)]
         rejected = gating.rejects_change(self.catalog, self.namespace, self.group.name, identity, gate)
         if rejected is not None:  # one more table in the same commit (ordered: before the published tables)
