@@ -10,7 +10,9 @@ A ``current`` dataset records the version 2 checksum instead (``projection/check
 of row hashes), updated from the partition's previous sum with only the rows the batch removes
 and adds (``_sums``), in both write modes: a publish no longer rehashes the partitions it touches.
 The previous sums are kept with the published state (computed from its rows once per process for
-a partition, when first needed).
+a partition, when first needed); a sum computed from rows read back is first compared with the
+partition's recorded version 2 checksum (``_check_loaded_sums``): a file changed in place, which
+no foreign snapshot reveals, is refused (exit 3) instead of being summed and recorded as verified.
 
 A ``current`` dataset with ``write_mode: merge-on-read`` writes only the changed rows and
 position deletes of the rows they replace (``publish/merge_on_read.py``); its checksums are the
