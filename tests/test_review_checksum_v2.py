@@ -70,3 +70,23 @@ def test_a_publish_refuses_a_file_corrupted_in_place_instead_of_recording_its_ro
         stream.publish(ws, "t", batch)
     assert ws.catalog.load_table((ws.config.namespace, "t")).metadata.current_snapshot_id == head
     assert not Workspace.open(root).verify("t").ok  # still reported, not laundered
+
+
+def test_an_upstream_partition_emptied_under_version_2_is_no_derived_candidate(ws_path: Path, cli):
+    """``derive/state.py`` took an upstream partition for live unless its recorded checksum was
+    version 1's empty one; a ``current`` upstream records ``v2:0...0`` for a partition it
+    empties, so the derived plan computed output partitions no input row maps to."""
+    from test_derive import CUSTOMERS, CUSTOMERS_CONTRACT, _customer, _define, _ok, _plan, _publish_to, _rows
+
+    (ws_path / "catalog" / "contracts" / "customers@v1.0.yaml").write_text(CUSTOMERS_CONTRACT)
+    upstream = {**CUSTOMERS, "partition": "identity(country)"}
+    derived = {"name": "per_country", "partition": "identity(country)",
+               "projection": {"kind": "sql", "inputs": {"customers_current": "identity(country)"},
+                              "query": "SELECT country, count(*) AS n FROM customers_current GROUP BY 1"}}
+    _define(ws_path, upstream, derived)
+    _publish_to(cli, ws_path, "customers_current", "customers", [_customer("c1", "FR"), _customer("c2", "DE")], 0)
+    _publish_to(cli, ws_path, "customers_current", "customers", [_customer("c1", "DE", version=2)], 2)  # FR emptied
+    pending = {p for w in _plan(cli)["per_country"]["windows"] for p in w["pending"]}
+    assert pending == {"DE"}
+    _ok(cli("reconcile"))
+    assert _rows(cli, "SELECT * FROM per_country") == [{"country": "DE", "n": 2}]
