@@ -180,6 +180,14 @@ class Context:
 # --- desired ---------------------------------------------------------------------------------
 
 
+def _empty(checksum: str) -> bool:
+    """An upstream partition recorded empty: version 1's empty checksum, or a ``current``
+    dataset's version 2 zero sum (``projection/checksum.py``)."""
+    from lakepub.projection.checksum import is_empty
+
+    return is_empty(checksum, EMPTY_CHECKSUM)
+
+
 def upstream_map(ctx: Context, spec: DerivedSpec, name: str) -> str | None:
     """How input ``name``'s partitions map to output labels: ``same`` (a label is an output
     label), ``finer`` (a label's prefix is), ``coarser`` (P's prefix is the one label P reads;
@@ -202,7 +210,7 @@ def candidates(ctx: Context, spec: DerivedSpec) -> set[str]:
     out: set[str] = set()
     for name, inp in spec.partitioned_inputs.items():
         mapping = upstream_map(ctx, spec, name)
-        live = [u for u, c in ctx.checksums(name).items() if c != EMPTY_CHECKSUM]
+        live = [u for u, c in ctx.checksums(name).items() if not _empty(c)]
         if mapping == "same":
             out.update(live)
         elif mapping == "finer":
@@ -238,7 +246,7 @@ def fingerprint(ctx: Context, spec: DerivedSpec, label: str) -> str:
             parts[name] = {label: checks.get(label, EMPTY_CHECKSUM)}
         elif mapping == "finer":
             n = _GRAIN[inp.expr.kind]
-            parts[name] = {u: c for u, c in sorted(checks.items()) if u[:n] == label and c != EMPTY_CHECKSUM}
+            parts[name] = {u: c for u, c in sorted(checks.items()) if u[:n] == label and not _empty(c)}
         elif mapping == "coarser":
             upstream = label[:_GRAIN[ctx.partition_of(name).kind]]
             parts[name] = {upstream: checks.get(upstream, EMPTY_CHECKSUM)}

@@ -10,7 +10,9 @@ A ``current`` dataset records the version 2 checksum instead (``projection/check
 of row hashes), updated from the partition's previous sum with only the rows the batch removes
 and adds (``_sums``), in both write modes: a publish no longer rehashes the partitions it touches.
 The previous sums are kept with the published state (computed from its rows once per process for
-a partition, when first needed).
+a partition, when first needed); a sum computed from rows read back is first compared with the
+partition's recorded version 2 checksum (``_check_loaded_sums``): a file changed in place, which
+no foreign snapshot reveals, is refused (exit 3) instead of being summed and recorded as verified.
 
 A ``current`` dataset with ``write_mode: merge-on-read`` writes only the changed rows and
 position deletes of the rows they replace (``publish/merge_on_read.py``); its checksums are the
@@ -34,6 +36,7 @@ from pyiceberg.manifest import DataFile
 from pyiceberg.table import Table, Transaction
 
 from lakepub.config import DatasetSpec
+from lakepub.errors import ForeignChange
 from lakepub.identity import RECORDED_CHECKSUM_HEX
 from lakepub.projection import checksum
 from lakepub.projection.checksum import partition_checksum
@@ -127,6 +130,7 @@ class DatasetWriter:
             by_value = split(kind.apply(state.rows_of(values), changes), partition)
             rows = {v: by_value.get(v, self.schema.empty_table()) for v in values}
         if isinstance(kind, Current):
+            self._check_loaded_sums(table, state, values)
             sums = self._sums(state, changes, values, delta)
             checksums = {partition.label(v): checksum.format_v2(total) for v, total in sums.items()}
             return Rewrite(values, rows, checksums, sorted(checksums), delta, sums)
@@ -150,6 +154,36 @@ class DatasetWriter:
                               use_threads=False) if before.num_rows else before
             removed = split(hit.select(self.schema.names), self.spec.partition)
         return {v: checksum.updated(state.sum_of(v), removed.get(v), added.get(v)) for v in values}
+
+    def _check_loaded_sums(self, table: Table, state: PublishedState, values: frozenset[Any]) -> None:
+        """Refuse (``ForeignChange``) to build on rows read from the table that do not give the
+        version 2 checksum recorded for their partition: a file changed in place (no snapshot, so
+        no foreign head) would otherwise be summed as published and recorded as verified. The sum
+        is computed anyway (``sum_of``, once per loaded partition); only partitions holding rows
+        whose newest record is version 2, and not while an evolution is pending (the rows read
+        are then conformed to the new schema, which renders differently)."""
+        fresh = [v for v in values if v not in state.sums and v in state.rows]
+        if not fresh or state.snapshot_id is None:
+            return
+        from lakepub.projection.checksum import is_v2
+        from lakepub.publish.evolution import plan
+        from lakepub.store.published import published_schema
+        from lakepub.store.record import recorded_checksums
+
+        recorded = recorded_checksums(table)
+        label = self.spec.partition.label
+        fresh = [v for v in fresh if is_v2(recorded.get(label(v), ""))]
+        if not fresh or not plan(table, published_schema(self.spec)).empty:
+            return
+        for v in fresh:
+            actual = checksum.format_v2(state.sum_of(v))
+            if actual != recorded[label(v)]:
+                raise ForeignChange(
+                    f"dataset '{self.spec.name}': partition {label(v)} of the published table does not match its "
+                    f"recorded checksum ({actual[:15]} != {recorded[label(v)][:15]}) although no other tool "
+                    f"committed to it: its files were changed in place; nothing was published: run "
+                    f"'lakepub verify {self.spec.name}', restore the files or roll the table back to a snapshot "
+                    f"that verifies (or 'lakepub rebuild {self.spec.name}'), then publish again")
 
     def rebuild(self, table: Table, states: pa.Table) -> Rewrite:
         """The whole table from the live states of every entity: every current partition replaced."""
