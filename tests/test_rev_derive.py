@@ -34,6 +34,15 @@ def test_escaped_string_partitions_and_an_offline_rebuild_of_a_whole_window(cli,
     oracle = f"SELECT * FROM ({changed['projection']['query']}) ORDER BY all"
     assert _rows(cli, "SELECT * FROM orders_weird ORDER BY all") == _rows(cli, oracle)
     assert "nothing to do" in _ok(cli("reconcile")).out
+    from test_derive_perf import _audit
+    from test_review_derive import _foreign_append
+
+    from lakepub.errors import VerifyFailed
+
+    assert _audit(ws_path, "orders_weird") == 7
+    _foreign_append(ws_path, "orders_weird", [{"k": "x=y", "cents": 1, "day": None}])
+    with pytest.raises(VerifyFailed, match="partition x=y"):  # the audit still catches a changed partition
+        _audit(ws_path, "orders_weird")
 
 
 LONG = {"name": "orders_long",  # a partition value whose escaped Hive folder name is over 255 bytes
