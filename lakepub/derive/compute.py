@@ -122,9 +122,14 @@ def prepare_window(ctx: Context, name: str, labels: list[str], window_id: str = 
         files = duck_files.done(duck_files.write_partitions(table.metadata, grouped.rows, grouped.index,
                                                             grouped.values, grouped.labels))
     else:
-        from lakepub.store.write import submit_partitions
+        from pyiceberg.typedef import Record
 
-        files = submit_partitions(table, {v: grouped.part(i) for i, v in enumerate(grouped.values)})
+        from lakepub.store.files import FileWriter
+
+        # One file per group, not a dict by value: 0.0 == -0.0 as keys, and -0.0's rows replaced 0.0's.
+        partitioned = bool(table.metadata.spec().fields)
+        files = FileWriter(table.metadata, table.io).submit(
+            [(Record(v) if partitioned else Record(), grouped.part(i)) for i, v in enumerate(grouped.values)])
     return Prepared(name, labels, window_id, into, rows.num_rows, prints, checksums, set(grouped.labels), files,
                     started, table)
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 import re
 
 from lakepub.derive.compute import WindowRefused
-from lakepub.derive.state import EMPTY_CHECKSUM, Batching, Context, actual_state, plan_dataset
+from lakepub.derive.state import EMPTY_CHECKSUM, WHOLE, Batching, Context, actual_state, plan_dataset
 from lakepub.errors import CommitContention, VerifyFailed
 
 MARK = "__rebuild_"
@@ -158,6 +158,19 @@ def finish(ctx: Context, name: str, into: str, expected: str, batching: Batching
     return location
 
 
+def _whole_checksums(table) -> dict[str, str]:
+    """{label: checksum} the newest '*' window recorded (its record holds every partition's)."""
+    import json
+
+    from lakepub.derive.state import PARTITIONS_PROPERTY
+    from lakepub.store.record import published_history
+
+    for snapshot, record in published_history(table):
+        if WHOLE in json.loads(snapshot.summary.additional_properties.get(PARTITIONS_PROPERTY, "{}")):
+            return {label: c for label, c in record.checksums.items() if label != WHOLE}
+    return {}
+
+
 def audit(ctx: Context, name: str, into: str) -> int:
     """Recompute every recorded partition checksum of the rebuild from its rows; the rows read.
 
@@ -185,12 +198,15 @@ def audit(ctx: Context, name: str, into: str) -> int:
     grouped = group(rows, spec.partition)
     by_label = {label: checksum[:RECORDED_CHECKSUM_HEX] for label, checksum in grouped.checksums.items()}
     recorded, _ = actual_state(table)
-    for label, actual in recorded.items():
+    expected = {label: a.checksum for label, a in recorded.items()}
+    if WHOLE in expected:  # the '*' window (inputs all `all`) records every partition's checksum in its record
+        expected = _whole_checksums(table)
+    for label, checksum in expected.items():
         got = by_label.get(label, EMPTY_CHECKSUM)
-        if got != actual.checksum:
+        if got != checksum:
             raise VerifyFailed(f"rebuild audit of {name}: partition {label} of {into} has checksum {got}, recorded "
-                               f"{actual.checksum}; the published table was not touched")
-    unrecorded = sorted(set(by_label) - {label for label, a in recorded.items() if a.checksum != EMPTY_CHECKSUM})
+                               f"{checksum}; the published table was not touched")
+    unrecorded = sorted(set(by_label) - {label for label, c in expected.items() if c != EMPTY_CHECKSUM})
     if unrecorded:
         raise VerifyFailed(f"rebuild audit of {name}: partition {unrecorded[0]} of {into} holds rows no window "
                            "recorded; the published table was not touched")

@@ -119,7 +119,10 @@ def write_partitions(metadata: TableMetadata, rows: pa.Table, index: pa.Array, v
     con = _connection()
     if spec.fields:
         field = _folder_column(metadata)
-        rows = rows.append_column(field, pa.array(labels, pa.string()).take(index))
+        folders = [folder_value(field, label) for label in labels]
+        if len(set(folders)) != len(folders):
+            raise BlockedError("partition folder names are not distinct; nothing was written")
+        rows = rows.append_column(field, pa.array(folders, pa.string()).take(index))
         sql = (f"COPY (SELECT {names}, {_quote(field)} FROM _lakepub_rows) TO '{_sql(data)}' ({options}, "
                f"PARTITION_BY ({_quote(field)}), APPEND true, FILENAME_PATTERN '00000-{{i}}-{tag}-{{uuid}}')")
     else:
@@ -131,7 +134,7 @@ def write_partitions(metadata: TableMetadata, rows: pa.Table, index: pa.Array, v
         written = con.execute(sql).fetchall()
     finally:
         con.unregister("_lakepub_rows")
-    by_label = {label: i for i, label in enumerate(labels)}
+    by_label = {label: i for i, label in enumerate(folders if field is not None else labels)}
     plan = compute_statistics_plan(schema, props)
     mapping = parquet_path_to_id_mapping(schema)
     out = []
@@ -163,6 +166,20 @@ def write_partitions(metadata: TableMetadata, rows: pa.Table, index: pa.Array, v
         data_file.spec_id = metadata.default_spec_id
         out.append(data_file)
     return out
+
+
+_NAME_MAX = 200  # bytes of a folder name kept readable (file systems refuse names over 255 bytes)
+
+
+def folder_value(field: str, label: str) -> str:
+    """The partition's folder value: its label, or ``h-<sha256 of it>`` when the escaped name
+    ``<field>=<label>`` could be too long for a folder (DuckDB escapes a byte as up to 3)."""
+    escaped = sum(1 if (b < 128 and chr(b).isalnum()) else 3 for b in f"{field}={label}".encode())
+    if escaped <= _NAME_MAX:
+        return label
+    import hashlib
+
+    return "h-" + hashlib.sha256(label.encode()).hexdigest()[:32]
 
 
 class Written:

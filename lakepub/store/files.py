@@ -51,6 +51,17 @@ class _PartitionPath:
         return self.path
 
 
+def _short(path: str) -> str:
+    """A partition path whose folder name fits a file system's 255 bytes (``k=<sha256>`` when not:
+    Iceberg readers take the partition from the manifest, not from the folder)."""
+    if len(path.encode()) <= 200 or "/" in path:
+        return path
+    import hashlib
+
+    field = path.split("=", 1)[0]
+    return f"{field}=h-{hashlib.sha256(path.encode()).hexdigest()[:32]}"
+
+
 class FileWriter:
     """Writes data files of one table (at one metadata version) with its current schema and spec."""
 
@@ -88,7 +99,7 @@ class FileWriter:
         # No partition path for an unpartitioned table (an empty one would make ``data//file``, a
         # location the janitor's listing spells ``data/file``: the live file would look orphaned).
         partitioned = partition is not None and bool(self.spec.fields)
-        key = _PartitionPath(self.spec.partition_to_path(partition, self.schema)) if partitioned else None
+        key = _PartitionPath(_short(self.spec.partition_to_path(partition, self.schema))) if partitioned else None
         path = self._locations.new_data_location(f"00000-{n}-{self._uuid}.parquet", cast(Any, key))
         output = self.io.new_output(path)
         with output.create(overwrite=True) as stream:
