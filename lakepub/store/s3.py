@@ -73,6 +73,7 @@ from pyiceberg.io import PY_IO_IMPL
 from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT
 
+from lakepub.errors import RetryableError
 from lakepub.store.cache import CACHE_FOLDER, CACHE_LIMIT_MB, DEFAULT_LIMIT_MB, PART_PREFIX, FileCache, parquet_file
 
 IO_IMPL = "lakepub.store.s3.LakepubFileIO"
@@ -160,9 +161,14 @@ _FAILED: list[str] = []
 _PENDING_LOCK = threading.Lock()
 
 
+class UploadFailed(RetryableError, OSError):
+    """A background upload of this process failed: it commits nothing more (exit 4, retry)."""
+
+
 def uploads_done() -> None:
     """Wait for every background upload started so far; raise OSError if any upload this process
-    started in the background has ever failed (a metadata file written after it might name it)."""
+    started in the background has ever failed (a metadata file written after it might name it):
+    ``UploadFailed``, an OSError that the CLI reports as a retry (exit 4)."""
     with _PENDING_LOCK:
         pending = list(_PENDING.values())
     for future in pending:
@@ -171,7 +177,7 @@ def uploads_done() -> None:
         except BaseException:  # noqa: BLE001 - recorded in _FAILED by the upload itself
             pass
     if _FAILED:
-        raise OSError(f"an earlier upload of this process failed ({_FAILED[0]}): it commits nothing more "
+        raise UploadFailed(f"an earlier upload of this process failed ({_FAILED[0]}): it commits nothing more "
                       "(nothing was published by this attempt); run again in a new process")
 
 

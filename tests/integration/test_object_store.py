@@ -508,3 +508,47 @@ def test_a_rest_catalog_gets_no_background_uploads(s3_endpoint, monkeypatch):
         # what the REST server (another process) reads as soon as the commit request names it
         body = s3_endpoint.client().get_object(Bucket=s3_endpoint.bucket, Key=f"rest-wh/t/metadata/{name}")["Body"]
         assert body.read() == b"Obj\x01 " + name.encode()
+
+
+@pytest.mark.parametrize("mode", ["atomic", "ordered"])
+def test_a_failed_background_upload_is_a_retry_with_nothing_published(s3_endpoint, make_workspace, tmp_path,
+                                                                       monkeypatch, mode):
+    """A manifest whose background upload fails: the publish that would name it is refused as
+    retryable (exit 4: nothing was published), not an internal error (exit 1) nor, under the
+    ordered commit, an unknown outcome (exit 5); so is the next one in the same process; a new
+    process publishes everything, read back by DuckDB."""
+    from lakepub.errors import RetryableError
+    from lakepub.store import s3
+
+    ws = _workspace(make_workspace, tmp_path, s3_endpoint, f"upfail{mode}", events=900)
+    if mode == "ordered":
+        config = ws.config.root / "lakepub.yaml"
+        config.write_text(config.read_text() + "commit: ordered\n")
+        ws = Workspace.open(ws.config.root)
+    seen: list[int] = []
+    ws.run(DATASET, max_batch=300, stop=lambda: bool(seen.append(1)) or len(seen) > 1)  # one batch
+    before = _published(ws)
+    monkeypatch.setattr(s3, "_FAILED", [])  # this process's record of failed uploads, for this test only
+    real_upload = s3._Tee._upload
+
+    client = s3_endpoint.client()
+
+    def failing(self, data):
+        real_upload(self, data)
+        if self._background and self._location.endswith(".avro"):  # as if it never got there
+            client.delete_object(Bucket=s3_endpoint.bucket, Key=self._location.split("/", 3)[3])
+            raise OSError("injected: connection reset during PutObject")
+
+    monkeypatch.setattr(s3._Tee, "_upload", failing)
+    for _ in range(2):
+        with pytest.raises(RetryableError, match="earlier upload") as refused:
+            ws.run(DATASET, max_batch=300)
+        assert refused.value.exit_code == 4
+        assert _published(ws) == before
+    monkeypatch.setattr(s3._Tee, "_upload", real_upload)
+    monkeypatch.setattr(s3, "_FAILED", [])  # a new process
+    REMEMBERED.clear()
+    fresh = Workspace.open(ws.config.root)
+    fresh.run(DATASET)
+    assert _published(fresh) == _published_oracle(fresh)
+    assert Workspace.open(ws.config.root).verify(DATASET, deep=True).ok
