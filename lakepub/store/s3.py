@@ -102,6 +102,8 @@ def configure(properties: Mapping[str, str], cache: FileCache | None = None) -> 
 def _catalog_type(properties: Mapping[str, str]) -> str | None:
     from pyiceberg.catalog import infer_catalog_type
 
+    if properties.get("py-catalog-impl"):  # a catalog class of its own: who writes its metadata is unknown
+        return None
     if properties.get("type"):
         return str(properties["type"]).lower()
     try:

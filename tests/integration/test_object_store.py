@@ -491,6 +491,8 @@ def test_a_rest_catalog_gets_no_background_uploads(s3_endpoint, monkeypatch):
     sql = s3.configure({"type": "sql", "uri": "sqlite:///x.db", "warehouse": warehouse})
     assert rest[s3.PY_IO_IMPL] == s3.IO_IMPL and s3.BACKGROUND_UPLOADS not in rest
     assert s3.BACKGROUND_UPLOADS not in inferred
+    assert s3.BACKGROUND_UPLOADS not in s3.configure({"type": "sql", "py-catalog-impl": "my.Catalog",
+                                                      "warehouse": warehouse})
     assert sql.get(s3.BACKGROUND_UPLOADS) == "true"
 
     real_upload = s3._Tee._upload
