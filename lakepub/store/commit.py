@@ -46,7 +46,7 @@ from sqlalchemy import update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from lakepub.errors import ConfigError, DiskFull, OutcomeUnknown
+from lakepub.errors import ConfigError, DiskFull, OutcomeUnknown, RetryableError
 from lakepub.failures import is_disk_full
 from lakepub.faults import fault_point
 from lakepub.store.version_hint import write_version_hint
@@ -141,6 +141,8 @@ def commit_in_order(catalog: Catalog, changes: list[TableChange]) -> None:
             response = catalog.commit_table(change.table, requirements, updates)
         except CommitFailedException as exc:
             raise CommitConflict(str(exc)) from exc
+        except RetryableError:  # store/s3.UploadFailed: its metadata file was refused, nothing moved
+            raise
         except Exception as exc:
             if isinstance(exc, OSError) and is_disk_full(exc):
                 # Writing the new metadata file, which every catalog does before it moves the

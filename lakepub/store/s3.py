@@ -34,7 +34,9 @@ LIST). At 20-50 ms per request that was ~70 requests in sequence per publish (me
   one after another. An upload that fails (after pyarrow's own retries) fails every later
   metadata file of the process (``uploads_done``: it cannot tell which commit would name the
   missing file): nothing more is committed by it, and a new process (``run --follow``'s
-  supervisor restarts it) starts clean.
+  supervisor restarts it) starts clean. Only on catalogs whose client writes the metadata file
+  (SQL, Glue, Hive, ...: ``configure`` sets ``BACKGROUND_UPLOADS``): a REST catalog's server
+  writes it, and its client's commit would name a manifest list still on its way up.
 * a manifest list read from the store has its manifests fetched side by side into memory
   (pyiceberg reads them one after another: a round trip each);
 * with a disk cache (``store/cache.py``, the workspace's ``cache:``), the immutable metadata
@@ -71,9 +73,16 @@ from pyiceberg.io import PY_IO_IMPL
 from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT
 
+from lakepub.errors import RetryableError
 from lakepub.store.cache import CACHE_FOLDER, CACHE_LIMIT_MB, DEFAULT_LIMIT_MB, PART_PREFIX, FileCache, parquet_file
 
 IO_IMPL = "lakepub.store.s3.LakepubFileIO"
+# Set (by ``configure``) only for catalogs that write the metadata file themselves: their commit
+# then passes through a metadata file's close, which waits for the background uploads. A REST
+# catalog's server writes it; the client's commit names the manifest list without writing
+# anything, so without this property every file goes up before its close returns.
+BACKGROUND_UPLOADS = "lakepub.s3.background-uploads"
+_WRITES_METADATA = {"sql", "glue", "hive", "dynamodb", "bigquery", "in-memory"}
 
 
 def configure(properties: Mapping[str, str], cache: FileCache | None = None) -> dict[str, str]:
@@ -82,10 +91,26 @@ def configure(properties: Mapping[str, str], cache: FileCache | None = None) -> 
     out = dict(properties)
     if str(out.get("warehouse", "")).startswith(("s3://", "s3a://")):
         out.setdefault(PY_IO_IMPL, IO_IMPL)
+        if _catalog_type(out) in _WRITES_METADATA:
+            out.setdefault(BACKGROUND_UPLOADS, "true")
         if cache is not None:
             out.setdefault(CACHE_FOLDER, str(cache.folder))
             out.setdefault(CACHE_LIMIT_MB, str(max(1, cache.limit >> 20)))
     return out
+
+
+def _catalog_type(properties: Mapping[str, str]) -> str | None:
+    from pyiceberg.catalog import infer_catalog_type
+
+    if properties.get("py-catalog-impl"):  # a catalog class of its own: who writes its metadata is unknown
+        return None
+    if properties.get("type"):
+        return str(properties["type"]).lower()
+    try:
+        found = infer_catalog_type("lakepub", dict(properties))
+    except Exception:  # noqa: BLE001 - load_catalog reports it
+        return None
+    return found.value if found is not None else None
 
 
 def immutable(location: str) -> bool:
@@ -138,9 +163,14 @@ _FAILED: list[str] = []
 _PENDING_LOCK = threading.Lock()
 
 
+class UploadFailed(RetryableError, OSError):
+    """A background upload of this process failed: it commits nothing more (exit 4, retry)."""
+
+
 def uploads_done() -> None:
     """Wait for every background upload started so far; raise OSError if any upload this process
-    started in the background has ever failed (a metadata file written after it might name it)."""
+    started in the background has ever failed (a metadata file written after it might name it):
+    ``UploadFailed``, an OSError that the CLI reports as a retry (exit 4)."""
     with _PENDING_LOCK:
         pending = list(_PENDING.values())
     for future in pending:
@@ -149,7 +179,7 @@ def uploads_done() -> None:
         except BaseException:  # noqa: BLE001 - recorded in _FAILED by the upload itself
             pass
     if _FAILED:
-        raise OSError(f"an earlier upload of this process failed ({_FAILED[0]}): it commits nothing more "
+        raise UploadFailed(f"an earlier upload of this process failed ({_FAILED[0]}): it commits nothing more "
                       "(nothing was published by this attempt); run again in a new process")
 
 
@@ -170,9 +200,9 @@ class _Tee:
     background; a metadata file (``*.metadata.json``) is uploaded at close and its close then
     waits for every background upload (``uploads_done``)."""
 
-    def __init__(self, stream: Any, location: str, disk: FileCache | None = None):
+    def __init__(self, stream: Any, location: str, disk: FileCache | None = None, background: bool = False):
         self._stream, self._location, self._parts = stream, location, []  # type: ignore[var-annotated]
-        self._small_disk = disk
+        self._small_disk, self._background = disk, background
 
     def write(self, data: Any) -> int:
         self._parts.append(bytes(data))
@@ -190,7 +220,7 @@ class _Tee:
 
     def close(self) -> None:
         data = b"".join(self._parts)
-        if self._location.endswith(".avro") and REMEMBERED.put(self._location, data):
+        if self._background and self._location.endswith(".avro") and REMEMBERED.put(self._location, data):
             # served from memory to this process from now on; the upload finishes in the background
             with _PENDING_LOCK:  # held until registered: the upload's own clean-up takes it
                 _PENDING[self._location] = _UPLOADS.submit(self._upload_in_background, data)
@@ -268,6 +298,7 @@ class _S3File(PyArrowFile):
     cache when one is configured (see the module docstring)."""
 
     disk: FileCache | None = None
+    background = False  # manifests upload in the background (``BACKGROUND_UPLOADS``)
 
     def create(self, overwrite: bool = False) -> Any:  # noqa: ARG002 - names are unique; see above
         stream = super().create(overwrite=True)
@@ -276,7 +307,7 @@ class _S3File(PyArrowFile):
                 return _DiskTee(stream, self.location, self.disk)
             except OSError:  # a cache folder that cannot be written: upload only
                 return stream
-        return _Tee(stream, self.location, self.disk) if immutable(self.location) else stream
+        return _Tee(stream, self.location, self.disk, self.background) if immutable(self.location) else stream
 
     def open(self, seekable: bool = True) -> Any:
         if self.disk is not None and self.location.endswith(".parquet"):
@@ -380,7 +411,7 @@ def _prefetch_manifests(manifest_list: _S3File, data: bytes) -> None:
         if REMEMBERED.get(path) is None and path.startswith(("s3://", "s3a://")):
             target = _S3File(location=path, path=_path_of(path), fs=manifest_list._filesystem,
                              buffer_size=manifest_list._buffer_size)
-            target.disk = manifest_list.disk
+            target.disk, target.background = manifest_list.disk, manifest_list.background
             _PREFETCH.submit(_quietly, target)
 
 
@@ -450,6 +481,7 @@ class LakepubFileIO(PyArrowFileIO):
         folder = self.properties.get(CACHE_FOLDER)
         self.disk = FileCache(Path(folder), int(self.properties.get(CACHE_LIMIT_MB, DEFAULT_LIMIT_MB)) << 20) \
             if folder else None
+        self.background = str(self.properties.get(BACKGROUND_UPLOADS, "")).lower() == "true"
 
     def _initialize_s3_fs(self, netloc: str | None) -> Any:
         fs = super()._initialize_s3_fs(netloc)
@@ -464,16 +496,16 @@ class LakepubFileIO(PyArrowFileIO):
         return rebuild({**args[0], "allow_delayed_open": True})
 
     def new_output(self, location: str) -> PyArrowFile:
-        return _on_s3(super().new_output(location), self.disk)
+        return _on_s3(super().new_output(location), self.disk, self.background)
 
     def new_input(self, location: str) -> PyArrowFile:
-        return _on_s3(super().new_input(location), self.disk)
+        return _on_s3(super().new_input(location), self.disk, self.background)
 
 
-def _on_s3(file: PyArrowFile, disk: FileCache | None) -> PyArrowFile:
+def _on_s3(file: PyArrowFile, disk: FileCache | None, background: bool = False) -> PyArrowFile:
     if not file.location.startswith(("s3://", "s3a://")):
         return file
     out = _S3File.__new__(_S3File)
     out.__dict__.update(file.__dict__)
-    out.disk = disk
+    out.disk, out.background = disk, background
     return out

@@ -444,7 +444,7 @@ def test_a_metadata_file_is_written_only_once_the_manifests_it_may_name_are_up(s
     failed, no metadata file is written by the process any more (it might name the missing file)."""
     from lakepub.store import s3
 
-    io = LakepubFileIO(s3_endpoint.s3_properties())
+    io = LakepubFileIO({**s3_endpoint.s3_properties(), s3.BACKGROUND_UPLOADS: "true"})
     base = f"s3://{s3_endpoint.bucket}/barrier/metadata"
     real_upload = s3._Tee._upload
 
@@ -474,3 +474,83 @@ def test_a_metadata_file_is_written_only_once_the_manifests_it_may_name_are_up(s
             out.write(b"{}")
     with pytest.raises(OSError, match="earlier upload"):  # and every later one
         s3.uploads_done()
+
+
+def test_a_rest_catalog_gets_no_background_uploads(s3_endpoint, monkeypatch):
+    """A REST catalog's server writes the metadata file: the client's commit (pyiceberg's
+    ``RestCatalog.commit_table``, lakepub's ordered commit, the audit table's append) names the
+    manifest list in a request without closing any metadata file here, so nothing would wait for
+    a background upload: the catalog would point at a manifest list not (yet, or ever) in S3.
+    Its FileIO must upload every manifest and manifest list before the close returns."""
+    from lakepub.store import s3
+
+    warehouse = f"s3://{s3_endpoint.bucket}/rest-wh"
+    rest = s3.configure({"type": "rest", "uri": "http://127.0.0.1:1/catalog", "warehouse": warehouse,
+                         **s3_endpoint.s3_properties()})
+    inferred = s3.configure({"uri": "https://catalog.example.com", "warehouse": warehouse})
+    sql = s3.configure({"type": "sql", "uri": "sqlite:///x.db", "warehouse": warehouse})
+    assert rest[s3.PY_IO_IMPL] == s3.IO_IMPL and s3.BACKGROUND_UPLOADS not in rest
+    assert s3.BACKGROUND_UPLOADS not in inferred
+    assert s3.BACKGROUND_UPLOADS not in s3.configure({"type": "sql", "py-catalog-impl": "my.Catalog",
+                                                      "warehouse": warehouse})
+    assert sql.get(s3.BACKGROUND_UPLOADS) == "true"
+
+    real_upload = s3._Tee._upload
+
+    def slow_upload(self, data):
+        if self._location.endswith(".avro"):
+            time.sleep(0.3)
+        real_upload(self, data)
+
+    monkeypatch.setattr(s3._Tee, "_upload", slow_upload)
+    io = LakepubFileIO(rest)
+    for name in ("snap-7-0-abc.avro", "abc-m0.avro"):
+        with io.new_output(f"{warehouse}/t/metadata/{name}").create() as out:
+            out.write(b"Obj\x01 " + name.encode())
+        # what the REST server (another process) reads as soon as the commit request names it
+        body = s3_endpoint.client().get_object(Bucket=s3_endpoint.bucket, Key=f"rest-wh/t/metadata/{name}")["Body"]
+        assert body.read() == b"Obj\x01 " + name.encode()
+
+
+@pytest.mark.parametrize("mode", ["atomic", "ordered"])
+def test_a_failed_background_upload_is_a_retry_with_nothing_published(s3_endpoint, make_workspace, tmp_path,
+                                                                       monkeypatch, mode):
+    """A manifest whose background upload fails: the publish that would name it is refused as
+    retryable (exit 4: nothing was published), not an internal error (exit 1) nor, under the
+    ordered commit, an unknown outcome (exit 5); so is the next one in the same process; a new
+    process publishes everything, read back by DuckDB."""
+    from lakepub.errors import RetryableError
+    from lakepub.store import s3
+
+    ws = _workspace(make_workspace, tmp_path, s3_endpoint, f"upfail{mode}", events=900)
+    if mode == "ordered":
+        config = ws.config.root / "lakepub.yaml"
+        config.write_text(config.read_text() + "commit: ordered\n")
+        ws = Workspace.open(ws.config.root)
+    seen: list[int] = []
+    ws.run(DATASET, max_batch=300, stop=lambda: bool(seen.append(1)) or len(seen) > 1)  # one batch
+    before = _published(ws)
+    monkeypatch.setattr(s3, "_FAILED", [])  # this process's record of failed uploads, for this test only
+    real_upload = s3._Tee._upload
+
+    client = s3_endpoint.client()
+
+    def failing(self, data):
+        real_upload(self, data)
+        if self._background and self._location.endswith(".avro"):  # as if it never got there
+            client.delete_object(Bucket=s3_endpoint.bucket, Key=self._location.split("/", 3)[3])
+            raise OSError("injected: connection reset during PutObject")
+
+    monkeypatch.setattr(s3._Tee, "_upload", failing)
+    for _ in range(2):
+        with pytest.raises(RetryableError, match="earlier upload") as refused:
+            ws.run(DATASET, max_batch=300)
+        assert refused.value.exit_code == 4
+        assert _published(ws) == before
+    monkeypatch.setattr(s3._Tee, "_upload", real_upload)
+    monkeypatch.setattr(s3, "_FAILED", [])  # a new process
+    REMEMBERED.clear()
+    fresh = Workspace.open(ws.config.root)
+    fresh.run(DATASET)
+    assert _published(fresh) == _published_oracle(fresh)
+    assert Workspace.open(ws.config.root).verify(DATASET, deep=True).ok
