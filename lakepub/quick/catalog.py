@@ -31,7 +31,7 @@ from typing import Any
 
 CONFIG_FILE = "lakepub.yaml"
 RECORD = Path(".lakepub") / "quick" / "workspace.json"
-VERSION = 1
+VERSION = 2  # 2: "partners" (DUAL_WRITE views) recorded
 RETIRED_PROPERTY = "lakepub.retired"  # lifecycle/retirement.py
 
 
@@ -227,8 +227,18 @@ def _remember(ws: Any, stamp: str | None) -> None:
         "catalog": {str(k): str(v) for k, v in config.catalog.items()},
         "datasets": sorted(config.datasets),
         "derived": list(config.derived),
+        "partners": _partner_names(config),
     }
     write_json(root / RECORD, record)
+
+
+def _partner_names(config: Any) -> list[str]:
+    """``dual.view_names`` + ``dual.kept_names``: the ``<dataset>__v<MAJOR>`` views ``lakepub query``
+    adds beside the datasets (DUAL_WRITE partners, old versions kept by a swap); functions of the
+    configuration's files, so valid while the stamp is."""
+    from lakepub.publish.dual import kept_names, view_names
+
+    return [*view_names(config), *kept_names(config)]
 
 
 def write_json(path: Path, doc: Any) -> None:

@@ -48,6 +48,10 @@ def run(workspace: Path, sql: str, fmt: str) -> str:
             table = qw.table(name)
             if table is not None and table.metadata.current_snapshot_id is not None and retirement(table) is None:
                 views[name] = (table.metadata_location, _view_sql(qw, name, table))
+        for name in qw.record["partners"]:  # Workspace.published_views: dual.partner_views (no retirement check)
+            table = qw.table(name)
+            if table is not None and table.metadata.current_snapshot_id is not None:
+                views[name] = (table.metadata_location, _view_sql(qw, name, table))
     finally:
         qw.close()
     return _query(qw, views, sql, fmt)  # raises on anything: the caller runs the full path

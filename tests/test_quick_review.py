@@ -1,0 +1,28 @@
+"""Adversarial review of the quick read path (lakepub/quick): states where it answered with
+something the full path would not print (see the commit messages)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from lakepub.cli import main
+from tests.test_dual_write import _dual_write
+
+
+def _invoke(root: Path, quick: str, *args: str) -> tuple[int, str, str]:
+    res = CliRunner().invoke(main, ["-w", str(root), *args], env={"LAKEPUB_QUICK": quick}, catch_exceptions=False)
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_show_tables_during_dual_write_lists_the_partner_view_on_both_paths(ws_path: Path, cli):
+    """``Workspace.published_views`` adds ``<dataset>__v<MAJOR>`` partner views (DUAL_WRITE); a
+    quick query that does not name one (SHOW TABLES, information_schema) must not drop them."""
+    _dual_write(ws_path, cli)
+    assert cli("run", "customers_all").code == 0  # builds customers_all__v2 beside the published one
+    for sql in ("SHOW TABLES", "SELECT table_name FROM information_schema.tables ORDER BY 1"):
+        full = _invoke(ws_path, "0", "query", sql)  # stores the views and the workspace record
+        assert full[0] == 0 and "customers_all__v2" in full[1], full
+        again = _invoke(ws_path, "trace", "query", sql)
+        assert again[:2] == full[:2], (sql, again, full)
