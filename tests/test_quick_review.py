@@ -3,6 +3,8 @@ something the full path would not print (see the commit messages)."""
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -26,3 +28,22 @@ def test_show_tables_during_dual_write_lists_the_partner_view_on_both_paths(ws_p
         assert full[0] == 0 and "customers_all__v2" in full[1], full
         again = _invoke(ws_path, "trace", "query", sql)
         assert again[:2] == full[:2], (sql, again, full)
+
+
+def test_a_symlinked_folder_under_the_catalog_is_part_of_the_stamp(ws_path: Path, cli, tmp_path: Path):
+    """The configuration loader follows a symlinked ``catalog/datasets`` (or ``contracts``)
+    folder; the stamp that validates the remembered record must see a file added there."""
+    shared = tmp_path / "shared_datasets"
+    datasets = ws_path / "catalog" / "datasets"
+    shutil.copytree(datasets, shared)
+    shutil.rmtree(datasets)
+    os.symlink(shared, datasets)
+    assert _invoke(ws_path, "0", "status")[0] == 0  # remembered
+    first = _invoke(ws_path, "trace", "status")
+    assert first[0] == 0
+    text = (shared / "orders_daily.yaml").read_text()
+    (shared / "orders_twice.yaml").write_text(text.replace("name: orders_daily", "name: orders_twice"))
+    quick = _invoke(ws_path, "trace", "status")  # before any full run remembers the new files
+    full = _invoke(ws_path, "0", "status")
+    assert full[0] == 0 and "orders_twice" in full[1], full
+    assert quick[:2] == full[:2], (quick, full)

@@ -77,13 +77,25 @@ def fingerprint(root: Path, catalog_dir: str) -> str:
     """sha256 over ``lakepub.yaml`` and every file under the catalog folder (names and bytes)."""
     digest = hashlib.sha256((root / CONFIG_FILE).read_bytes())
     folder = root / catalog_dir
-    for dirpath, dirnames, filenames in sorted(os.walk(folder)):
-        dirnames.sort()
+    for dirpath, _, filenames in sorted(_walk(folder)):
         for name in sorted(filenames):
             path = Path(dirpath) / name
             digest.update(b"\0" + str(path.relative_to(folder)).encode() + b"\0")
             digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def _walk(folder: Path):
+    """``os.walk`` into symlinked folders too (the configuration loader globs through a symlinked
+    ``catalog/datasets`` or ``contracts``), each real folder once (a link to an ancestor ends)."""
+    seen: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen:
+            dirnames[:] = []
+            continue
+        seen.add(real)
+        yield dirpath, dirnames, filenames
 
 
 def find_root(start: Path) -> Path:
