@@ -47,3 +47,13 @@ def test_a_symlinked_folder_under_the_catalog_is_part_of_the_stamp(ws_path: Path
     full = _invoke(ws_path, "0", "status")
     assert full[0] == 0 and "orders_twice" in full[1], full
     assert quick[:2] == full[:2], (quick, full)
+
+
+def test_a_date_python_cannot_hold_is_not_printed_as_another_date(ws_path: Path):
+    """DuckDB's Python values clamp ``infinity`` dates to 9999-12-31 / 0001-01-01 and give BC dates
+    as strings; pyarrow (the full path) cannot convert them: the quick path must not answer."""
+    for sql in ("SELECT 'infinity'::DATE AS d", "SELECT '-infinity'::DATE AS d", "SELECT DATE '0001-01-01' - 1 AS d",
+                "SELECT DATE '2025-01-02' AS d"):
+        full = _invoke(ws_path, "0", "query", sql, "--format", "json")
+        quick = _invoke(ws_path, "trace", "query", sql, "--format", "json")
+        assert quick[:2] == full[:2], (sql, quick, full)

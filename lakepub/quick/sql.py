@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import date
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,10 @@ def _query(qw: QuickWorkspace, views: dict[str, tuple[str, str]], sql: str, fmt:
         types = [str(d[1]) for d in result.description]
         if len(set(names)) == len(names) and all(_plain(t) for t in types):
             rows = result.fetchall()
+            dates = [i for i, t in enumerate(types) if t == "DATE"]
+            if any(not (type(r[i]) is date and date.min < r[i] < date.max) for r in rows for i in dates
+                   if r[i] is not None):  # infinity clamped to date.max/min, BC dates as str: pyarrow refuses
+                raise Unsupported("a DATE outside Python's range")
             huge = [i for i, t in enumerate(types) if t == "HUGEINT"]
             if huge:  # pyarrow receives HUGEINT as decimal128(38, 0)
                 rows = [tuple(Decimal(v) if i in huge and v is not None else v for i, v in enumerate(r)) for r in rows]
