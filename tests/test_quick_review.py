@@ -57,3 +57,35 @@ def test_a_date_python_cannot_hold_is_not_printed_as_another_date(ws_path: Path)
         full = _invoke(ws_path, "0", "query", sql, "--format", "json")
         quick = _invoke(ws_path, "trace", "query", sql, "--format", "json")
         assert quick[:2] == full[:2], (sql, quick, full)
+
+
+def test_a_catalog_database_behind_a_repointed_symlink_is_read_where_the_full_path_reads(ws_path: Path):
+    """The record named the SQLite file with its symlinks resolved: once the link is pointed at
+    another catalog (a restore, a blue/green switch), the quick path read the old one."""
+    import sqlite3
+
+    sys_path = __import__("sys").path
+    if "tests" not in sys_path:
+        sys_path.insert(0, "tests")
+    from test_quick import _land, _order
+
+    db = ws_path / ".lakepub" / "catalog.db"  # lakepub init's embedded default
+    _land(ws_path, "orders", "p0", "00000.jsonl", [_order(f"o{i}", 1, "2025-01-01", 1) for i in range(3)])
+    assert _invoke(ws_path, "0", "run", "orders_daily")[0] == 0
+    older = ws_path / "older.db"
+    with sqlite3.connect(db) as src, sqlite3.connect(older) as dst:
+        src.backup(dst)  # the catalog after the first publish
+    _land(ws_path, "orders", "p0", "00001.jsonl", [_order(f"q{i}", 1, "2025-01-02", 1) for i in range(3)])
+    assert _invoke(ws_path, "0", "run", "orders_daily")[0] == 0
+    newer = ws_path / "newer.db"
+    os.replace(db, newer)
+    os.symlink(newer, db)
+    full = _invoke(ws_path, "0", "status", "orders_daily")  # remembered, status stored
+    assert full[0] == 0 and "not published" not in full[1], full
+    assert _invoke(ws_path, "trace", "status", "orders_daily")[1] == full[1]
+    os.remove(db)
+    os.symlink(older, db)
+    quick = _invoke(ws_path, "trace", "status", "orders_daily")
+    again = _invoke(ws_path, "0", "status", "orders_daily")
+    assert again[1] != full[1]  # the older catalog's snapshot
+    assert quick[:2] == again[:2], (quick, again)

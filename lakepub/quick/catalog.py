@@ -130,6 +130,9 @@ class QuickWorkspace:
             raise Unsupported("remembered for another workspace or version")
         if fingerprint(root, record["catalog_dir"]) != record["fingerprint"]:
             raise Unsupported("configuration changed since")
+        link = record.get("sqlite_link")
+        if not isinstance(link, str) or str(Path(link).resolve()) != record["sqlite"]:
+            raise Unsupported("the catalog's SQLite path resolves to another file now")  # a symlink re-pointed
         return cls(root, record)
 
     def close(self) -> None:
@@ -234,6 +237,7 @@ def _remember(ws: Any, stamp: str | None) -> None:
         "catalog_dir": str(config.catalog_dir),
         "fingerprint": stamp,
         "sqlite": str(Path(engine.url.database).resolve()),
+        "sqlite_link": _sqlite_as_written(root, config.catalog.get("uri", "")),
         "catalog_name": config.catalog_name,
         "namespace": config.namespace,
         "catalog": {str(k): str(v) for k, v in config.catalog.items()},
@@ -242,6 +246,22 @@ def _remember(ws: Any, stamp: str | None) -> None:
         "partners": _partner_names(config),
     }
     write_json(root / RECORD, record)
+
+
+def _sqlite_as_written(root: Path, resolved_uri: str) -> str | None:
+    """The SQLite path of ``lakepub.yaml`` before its symlinks are resolved (a relative one joined
+    to the root: ``config._resolve`` resolves it on every load; an absolute one SQLAlchemy opens
+    as written): the quick path checks it still resolves to the file it remembered."""
+    import yaml
+    from sqlalchemy.engine import make_url
+
+    written = str((yaml.safe_load((root / CONFIG_FILE).read_text(encoding="utf-8")) or {})["catalog"]["uri"])
+    database = make_url(written).database
+    if written.startswith("sqlite:////") and database == make_url(resolved_uri).database:
+        return database
+    if not database or str((root / database).resolve()) != make_url(resolved_uri).database:
+        raise ValueError("not the path the configuration resolved")  # not remembered
+    return str(root / database)
 
 
 def _partner_names(config: Any) -> list[str]:
