@@ -89,3 +89,13 @@ def test_a_catalog_database_behind_a_repointed_symlink_is_read_where_the_full_pa
     again = _invoke(ws_path, "0", "status", "orders_daily")
     assert again[1] != full[1]  # the older catalog's snapshot
     assert quick[:2] == again[:2], (quick, again)
+
+
+def test_a_query_of_the_functions_or_settings_is_the_full_path_s(ws_path: Path):
+    """The full path's database has the avro and iceberg extensions loaded (their functions and
+    settings); the quick one loads none: introspecting them must not be answered quickly."""
+    for sql in ("SELECT count(*) AS n FROM duckdb_functions() WHERE function_name LIKE 'iceberg%'",
+                "SELECT count(*) AS n FROM duckdb_settings()", "SELECT count(*) AS n FROM pg_catalog.pg_proc"):
+        full = _invoke(ws_path, "0", "query", sql)
+        quick = _invoke(ws_path, "trace", "query", sql)
+        assert quick[:2] == full[:2], (sql, quick, full)
