@@ -99,3 +99,33 @@ def test_a_query_of_the_functions_or_settings_is_the_full_path_s(ws_path: Path):
         full = _invoke(ws_path, "0", "query", sql)
         quick = _invoke(ws_path, "trace", "query", sql)
         assert quick[:2] == full[:2], (sql, quick, full)
+
+
+def test_a_warehouse_behind_a_repointed_symlink_is_sandboxed_as_the_full_path_does(ws_path: Path):
+    """The record kept the warehouse folder the configuration resolved; once the link names
+    another folder, the quick path's sandbox still allowed the old one (files the full path
+    refuses to read: the ledger's)."""
+    sys_path = __import__("sys").path
+    if "tests" not in sys_path:
+        sys_path.insert(0, "tests")
+    from test_quick import _land, _order
+
+    warehouse = ws_path / ".lakepub" / "warehouse"
+    _land(ws_path, "orders", "p0", "00000.jsonl", [_order(f"o{i}", 1, "2025-01-01", 1) for i in range(3)])
+    assert _invoke(ws_path, "0", "status")[0] == 0  # the catalog and the warehouse folder exist
+    real = ws_path / "wh_a"
+    os.replace(warehouse, real)
+    os.symlink(real, warehouse)
+    assert _invoke(ws_path, "0", "run", "orders_daily")[0] == 0
+    ledger = next(real.rglob("orders_daily__ledger/data"))
+    sql = f"SELECT count(*) AS n FROM read_parquet('{ledger}/**/*.parquet')"
+    full = _invoke(ws_path, "0", "query", "SELECT count(*) AS n FROM orders_daily")  # remembered, views stored
+    assert full[0] == 0
+    other = ws_path / "wh_b"
+    other.mkdir()
+    os.remove(warehouse)
+    os.symlink(other, warehouse)
+    quick = _invoke(ws_path, "trace", "query", sql)
+    full = _invoke(ws_path, "0", "query", sql)
+    assert full[0] == 2, full  # outside the sandbox now
+    assert quick[:2] == full[:2], (quick, full)

@@ -133,6 +133,9 @@ class QuickWorkspace:
         link = record.get("sqlite_link")
         if not isinstance(link, str) or str(Path(link).resolve()) != record["sqlite"]:
             raise Unsupported("the catalog's SQLite path resolves to another file now")  # a symlink re-pointed
+        folder = record.get("warehouse_link")  # a relative or plain-path warehouse: resolved on each load
+        if folder is not None and str(Path(folder[0]).resolve()) != folder[1]:
+            raise Unsupported("the warehouse folder resolves to another folder now")  # the sandbox would differ
         return cls(root, record)
 
     def close(self) -> None:
@@ -244,6 +247,7 @@ def _remember(ws: Any, stamp: str | None) -> None:
         "datasets": sorted(config.datasets),
         "derived": list(config.derived),
         "partners": _partner_names(config),
+        "warehouse_link": _warehouse_as_written(root, warehouse),
     }
     write_json(root / RECORD, record)
 
@@ -262,6 +266,22 @@ def _sqlite_as_written(root: Path, resolved_uri: str) -> str | None:
     if not database or str((root / database).resolve()) != make_url(resolved_uri).database:
         raise ValueError("not the path the configuration resolved")  # not remembered
     return str(root / database)
+
+
+def _warehouse_as_written(root: Path, resolved: str) -> list[str] | None:
+    """[the warehouse path of ``lakepub.yaml`` joined to the root, the folder it resolves to now]
+    when ``config._resolve`` resolves it (a path, not a URI), else None."""
+    import yaml
+
+    from lakepub.config import local_location
+
+    written = str((yaml.safe_load((root / CONFIG_FILE).read_text(encoding="utf-8")) or {})["catalog"]["warehouse"])
+    if "://" in written:
+        return None
+    folder = (root / written).resolve()
+    if local_location(folder) != resolved:
+        raise ValueError("not the folder the configuration resolved")  # re-pointed meanwhile: not remembered
+    return [str(root / written), str(folder)]
 
 
 def _partner_names(config: Any) -> list[str]:
