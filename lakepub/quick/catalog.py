@@ -31,7 +31,7 @@ from typing import Any
 
 CONFIG_FILE = "lakepub.yaml"
 RECORD = Path(".lakepub") / "quick" / "workspace.json"
-VERSION = 1
+VERSION = 2  # 2: "partners" (DUAL_WRITE views) recorded
 RETIRED_PROPERTY = "lakepub.retired"  # lifecycle/retirement.py
 
 
@@ -77,13 +77,25 @@ def fingerprint(root: Path, catalog_dir: str) -> str:
     """sha256 over ``lakepub.yaml`` and every file under the catalog folder (names and bytes)."""
     digest = hashlib.sha256((root / CONFIG_FILE).read_bytes())
     folder = root / catalog_dir
-    for dirpath, dirnames, filenames in sorted(os.walk(folder)):
-        dirnames.sort()
+    for dirpath, _, filenames in sorted(_walk(folder)):
         for name in sorted(filenames):
             path = Path(dirpath) / name
             digest.update(b"\0" + str(path.relative_to(folder)).encode() + b"\0")
             digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def _walk(folder: Path):
+    """``os.walk`` into symlinked folders too (the configuration loader globs through a symlinked
+    ``catalog/datasets`` or ``contracts``), each real folder once (a link to an ancestor ends)."""
+    seen: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen:
+            dirnames[:] = []
+            continue
+        seen.add(real)
+        yield dirpath, dirnames, filenames
 
 
 def find_root(start: Path) -> Path:
@@ -118,6 +130,12 @@ class QuickWorkspace:
             raise Unsupported("remembered for another workspace or version")
         if fingerprint(root, record["catalog_dir"]) != record["fingerprint"]:
             raise Unsupported("configuration changed since")
+        link = record.get("sqlite_link")
+        if not isinstance(link, str) or str(Path(link).resolve()) != record["sqlite"]:
+            raise Unsupported("the catalog's SQLite path resolves to another file now")  # a symlink re-pointed
+        folder = record.get("warehouse_link")  # a relative or plain-path warehouse: resolved on each load
+        if folder is not None and str(Path(folder[0]).resolve()) != folder[1]:
+            raise Unsupported("the warehouse folder resolves to another folder now")  # the sandbox would differ
         return cls(root, record)
 
     def close(self) -> None:
@@ -222,13 +240,57 @@ def _remember(ws: Any, stamp: str | None) -> None:
         "catalog_dir": str(config.catalog_dir),
         "fingerprint": stamp,
         "sqlite": str(Path(engine.url.database).resolve()),
+        "sqlite_link": _sqlite_as_written(root, config.catalog.get("uri", "")),
         "catalog_name": config.catalog_name,
         "namespace": config.namespace,
         "catalog": {str(k): str(v) for k, v in config.catalog.items()},
         "datasets": sorted(config.datasets),
         "derived": list(config.derived),
+        "partners": _partner_names(config),
+        "warehouse_link": _warehouse_as_written(root, warehouse),
     }
     write_json(root / RECORD, record)
+
+
+def _sqlite_as_written(root: Path, resolved_uri: str) -> str | None:
+    """The SQLite path of ``lakepub.yaml`` before its symlinks are resolved (a relative one joined
+    to the root: ``config._resolve`` resolves it on every load; an absolute one SQLAlchemy opens
+    as written): the quick path checks it still resolves to the file it remembered."""
+    import yaml
+    from sqlalchemy.engine import make_url
+
+    written = str((yaml.safe_load((root / CONFIG_FILE).read_text(encoding="utf-8")) or {})["catalog"]["uri"])
+    database = make_url(written).database
+    if written.startswith("sqlite:////") and database == make_url(resolved_uri).database:
+        return database
+    if not database or str((root / database).resolve()) != make_url(resolved_uri).database:
+        raise ValueError("not the path the configuration resolved")  # not remembered
+    return str(root / database)
+
+
+def _warehouse_as_written(root: Path, resolved: str) -> list[str] | None:
+    """[the warehouse path of ``lakepub.yaml`` joined to the root, the folder it resolves to now]
+    when ``config._resolve`` resolves it (a path, not a URI), else None."""
+    import yaml
+
+    from lakepub.config import local_location
+
+    written = str((yaml.safe_load((root / CONFIG_FILE).read_text(encoding="utf-8")) or {})["catalog"]["warehouse"])
+    if "://" in written:
+        return None
+    folder = (root / written).resolve()
+    if local_location(folder) != resolved:
+        raise ValueError("not the folder the configuration resolved")  # re-pointed meanwhile: not remembered
+    return [str(root / written), str(folder)]
+
+
+def _partner_names(config: Any) -> list[str]:
+    """``dual.view_names`` + ``dual.kept_names``: the ``<dataset>__v<MAJOR>`` views ``lakepub query``
+    adds beside the datasets (DUAL_WRITE partners, old versions kept by a swap); functions of the
+    configuration's files, so valid while the stamp is."""
+    from lakepub.publish.dual import kept_names, view_names
+
+    return [*view_names(config), *kept_names(config)]
 
 
 def write_json(path: Path, doc: Any) -> None:

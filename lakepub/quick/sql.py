@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import date
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -39,14 +40,25 @@ _PLAIN_RESULT = {"BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYIN
                  "UBIGINT", "DOUBLE", "VARCHAR", "DATE"}
 
 
+# The full path's database has the avro and iceberg extensions loaded (~0.25 s here): their
+# functions, settings and catalog rows are only its own, so a statement that may list them declines.
+_INTROSPECTION = re.compile(r"\b(duckdb_\w+|pg_\w+|current_setting|routines)\b", re.IGNORECASE)
+
+
 def run(workspace: Path, sql: str, fmt: str) -> str:
     """What ``lakepub query`` prints; raises (Unsupported, a DuckDB error...) for the full path to run."""
+    if _INTROSPECTION.search(sql):
+        raise Unsupported("a statement that may list the functions or settings of an extension")
     qw = QuickWorkspace.open(workspace)
     try:
         views = {}
         for name in sorted([*qw.datasets, *qw.derived]):
             table = qw.table(name)
             if table is not None and table.metadata.current_snapshot_id is not None and retirement(table) is None:
+                views[name] = (table.metadata_location, _view_sql(qw, name, table))
+        for name in qw.record["partners"]:  # Workspace.published_views: dual.partner_views (no retirement check)
+            table = qw.table(name)
+            if table is not None and table.metadata.current_snapshot_id is not None:
                 views[name] = (table.metadata_location, _view_sql(qw, name, table))
     finally:
         qw.close()
@@ -120,6 +132,10 @@ def _query(qw: QuickWorkspace, views: dict[str, tuple[str, str]], sql: str, fmt:
         types = [str(d[1]) for d in result.description]
         if len(set(names)) == len(names) and all(_plain(t) for t in types):
             rows = result.fetchall()
+            dates = [i for i, t in enumerate(types) if t == "DATE"]
+            if any(not (type(r[i]) is date and date.min < r[i] < date.max) for r in rows for i in dates
+                   if r[i] is not None):  # infinity clamped to date.max/min, BC dates as str: pyarrow refuses
+                raise Unsupported("a DATE outside Python's range")
             huge = [i for i, t in enumerate(types) if t == "HUGEINT"]
             if huge:  # pyarrow receives HUGEINT as decimal128(38, 0)
                 rows = [tuple(Decimal(v) if i in huge and v is not None else v for i, v in enumerate(r)) for r in rows]
