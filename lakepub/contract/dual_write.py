@@ -102,6 +102,7 @@ def _pairs(config: Any, contract: Any, catalog: Any) -> tuple[list, list[str], b
     """(swap pairs, lagging tables, already swapped) of every group of the contract."""
     from pyiceberg.exceptions import NoSuchTableError
 
+    from lakepub.lifecycle.retirement import iso, retirement_of
     from lakepub.publish.dual import suffix
     from lakepub.store.layout import ledger_id
     from lakepub.store.record import latest_record
@@ -131,6 +132,10 @@ def _pairs(config: Any, contract: Any, catalog: Any) -> tuple[list, list[str], b
                 lagging.append(f"{'.'.join(new)} does not exist")
                 continue
             if published != names[0][0]:
+                if (retired := retirement_of(old_table)) is not None:  # the swap would bring it back un-retired
+                    lagging.append(f"{'.'.join(published)} is retired since {iso(retired.at_ms)} and the "
+                                   f"{'.'.join(new)} table that would replace it is not: restore it first "
+                                   f"('lakepub restore {published[-1]}'), promote, then retire it again")
                 a, b = latest_record(old_table), latest_record(new_table)
                 if b is None or a is None or a.positions != b.positions:
                     lagging.append(f"{'.'.join(new)} at {b.positions if b else '(nothing)'} vs "
@@ -139,13 +144,18 @@ def _pairs(config: Any, contract: Any, catalog: Any) -> tuple[list, list[str], b
     return pairs, lagging, swapped
 
 
+def _advice(lagging: list[str]) -> str:
+    behind = [item for item in lagging if " is retired since " not in item]
+    return ": run 'lakepub run' on the datasets first" if behind else ""
+
+
 def leave_conditions(config: Any, contract: Any) -> list[Condition]:
     """DUAL_WRITE -> DEFAULT: the new version's tables are at the published positions."""
     _, lagging, swapped = _pairs(config, contract, _catalog(config))
     if swapped:
         return [Condition("caught up", True, "the swap already landed; the dataset files are rewritten")]
     return [Condition("caught up", not lagging, "every new table records the published positions" if not lagging
-                      else f"{'; '.join(lagging)}: run 'lakepub run' on the datasets first")]
+                      else f"{'; '.join(lagging)}{_advice(lagging)}")]
 
 
 def swap(config: Any, contract: Any) -> list[str]:
@@ -158,7 +168,7 @@ def swap(config: Any, contract: Any) -> list[str]:
     groups = _groups(config, contract)
     pairs, lagging, swapped = _pairs(config, contract, catalog)
     if lagging:
-        raise BlockedError(f"{contract.schema_ref}: {'; '.join(lagging)}; nothing was swapped: run 'lakepub run' first")
+        raise BlockedError(f"{contract.schema_ref}: {'; '.join(lagging)}; nothing was swapped{_advice(lagging)}")
     if pairs:
         try:
             exchange_tables(catalog, pairs)
