@@ -27,3 +27,25 @@ def test_the_swap_refuses_to_bring_a_retired_dataset_back(ws_path: Path, cli):
     assert cli("contract", "promote", REF, "--to", "DEFAULT").code == 0
     assert cli("retire", "customers_all").code == 0
     assert cli("query", "SELECT count(*) FROM customers_all").code != 0
+
+
+
+def test_a_dataset_of_the_contract_never_published_is_named_not_an_internal_error(ws_path: Path, cli):
+    """A dataset of another entity added on the old version during the window, not run yet: the
+    DEFAULT promotion failed with 'internal error: NoSuchTableError' (exit 1)."""
+    import yaml
+
+    from tests.test_shadow import ALL_COLUMNS
+
+    _dual_write(ws_path, cli)
+    assert cli("run", "customers_all").code == 0
+    other = {**ALL_COLUMNS, "name": "others_all", "entity": "others"}
+    (ws_path / "catalog" / "datasets" / "others_all.yaml").write_text(yaml.safe_dump(other, sort_keys=False))
+    before = _pointers(ws_path, *TABLES)
+    r = cli("contract", "promote", REF, "--to", "DEFAULT")
+    assert r.code == 3 and "lakepub.others__ledger does not exist" in r.err and "run 'lakepub run'" in r.err, r.err
+    assert _pointers(ws_path, *TABLES) == before
+    assert cli("run", "others_all").code == 0  # builds it and its new version beside
+    assert cli("shadow", "others_all", "--contract", REF).code == 0
+    assert cli("contract", "promote", REF, "--to", "DEFAULT").code == 0
+    assert _pointers(ws_path, "others_all__v1", "others__v1__ledger")["others_all__v1"] is not None

@@ -125,7 +125,11 @@ def _pairs(config: Any, contract: Any, catalog: Any) -> tuple[list, list[str], b
             continue  # this group's swap landed (a promotion that stopped before rewriting the files)
         swapped = False
         for published, new, kept in names:
-            old_table = catalog.load_table(published)
+            try:
+                old_table = catalog.load_table(published)
+            except NoSuchTableError:  # a dataset (or entity) of the contract never published
+                lagging.append(f"{'.'.join(published)} does not exist")
+                continue
             try:
                 new_table = catalog.load_table(new)
             except NoSuchTableError:
