@@ -49,3 +49,17 @@ def test_a_dataset_of_the_contract_never_published_is_named_not_an_internal_erro
     assert cli("shadow", "others_all", "--contract", REF).code == 0
     assert cli("contract", "promote", REF, "--to", "DEFAULT").code == 0
     assert _pointers(ws_path, "others_all__v1", "others__v1__ledger")["others_all__v1"] is not None
+
+
+
+def test_a_promotion_with_nothing_to_swap_does_not_claim_a_swap(ws_path: Path, cli):
+    """The old version's dataset hard-deleted during the window (retired, janitor): DUAL_WRITE ->
+    DEFAULT exited 0 saying 'the swap already landed' and 'the new version's tables are the
+    published ones', while nothing was swapped (the __v2 tables left orphaned)."""
+    _dual_write(ws_path, cli)
+    assert cli("run", "customers_all").code == 0
+    assert cli("retire", "customers_all", "--grace", "0s").code == 0
+    assert cli("janitor", "--older-than", "0s").code == 0  # hard-deletes it and its ledger
+    r = cli("contract", "promote", REF, "--to", "DEFAULT")
+    assert r.code == 3 and "nothing to swap" in r.err, (r.code, r.out, r.err)
+    assert "status: DUAL_WRITE" in (ws_path / "catalog" / "contracts" / "customers@v2.0.yaml").read_text()

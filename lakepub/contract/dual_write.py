@@ -112,7 +112,12 @@ def _pairs(config: Any, contract: Any, catalog: Any) -> tuple[list, list[str], b
     pairs: list = []
     lagging: list[str] = []
     swapped = True
-    for group in _groups(config, contract):
+    groups = _groups(config, contract)
+    if not groups and not _swapped_to(config, contract, catalog):
+        return [], [f"no dataset publishes an earlier major version of {contract.name}, and none was swapped to "
+                    f"{contract.schema_ref} (a table <entity>__v<M>__ledger kept by a swap): nothing to swap; move "
+                    f"{contract.schema_ref} back (--to VALIDATED)"], False
+    for group in groups:
         new_tail, old_tail = suffix(contract), suffix(group.contract)
         names = [(ledger_id(ns, group.name), ledger_id(ns, group.name + new_tail),
                   ledger_id(ns, group.name + old_tail))]
@@ -148,8 +153,19 @@ def _pairs(config: Any, contract: Any, catalog: Any) -> tuple[list, list[str], b
     return pairs, lagging, swapped
 
 
+def _swapped_to(config: Any, contract: Any, catalog: Any) -> bool:
+    """Whether a dataset names ``contract`` on an entity whose older major version a swap kept
+    (a promotion that stopped after rewriting the dataset files: finish it)."""
+    from lakepub.publish.dual import major
+    from lakepub.store.layout import ledger_id
+
+    entities = {spec.entity for spec in config.datasets.values() if spec.contract.schema_ref == contract.schema_ref}
+    return any(catalog.table_exists(ledger_id(config.namespace, f"{entity}__v{m}"))
+               for entity in entities for m in range(major(contract)))
+
+
 def _advice(lagging: list[str]) -> str:
-    behind = [item for item in lagging if " is retired since " not in item]
+    behind = [item for item in lagging if " is retired since " not in item and "nothing to swap" not in item]
     return ": run 'lakepub run' on the datasets first" if behind else ""
 
 
