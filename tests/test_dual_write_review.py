@@ -63,3 +63,46 @@ def test_a_promotion_with_nothing_to_swap_does_not_claim_a_swap(ws_path: Path, c
     r = cli("contract", "promote", REF, "--to", "DEFAULT")
     assert r.code == 3 and "nothing to swap" in r.err, (r.code, r.out, r.err)
     assert "status: DUAL_WRITE" in (ws_path / "catalog" / "contracts" / "customers@v2.0.yaml").read_text()
+
+
+def test_a_dataset_file_the_rewrite_cannot_change_leaves_every_file_on_the_old_version(ws_path: Path, cli):
+    """Two datasets of one entity, one file in YAML flow style (valid, loaded by the config, but
+    not the 'contract:' line the rewrite matches): the promotion exited 0 having rewritten one file
+    only; datasets of one entity must name one contract, so the workspace no longer loaded (every
+    command exit 2) and 'promote again' could not run to finish."""
+    import yaml
+
+    from tests.test_any_dataset import MRR, STREAM_1, _land, _setup
+    from tests.test_lifecycle import V1_0
+    from tests.test_shadow import ALL_COLUMNS
+    from tests.test_dual_write import V2
+
+    landing = _setup(ws_path, ALL_COLUMNS, MRR)
+    datasets = ws_path / "catalog" / "datasets"
+    (datasets / "customers_mrr.yaml").write_text(yaml.safe_dump(MRR, sort_keys=False, default_flow_style=True))
+    contracts = ws_path / "catalog" / "contracts"
+    (contracts / "customers@v1.0.yaml").write_text(V1_0)
+    _land(landing, "0001.jsonl", STREAM_1)
+    assert cli("run", "customers_mrr").code == 0
+    (contracts / "customers@v2.0.yaml").write_text(V2)
+    assert cli("contract", "promote", REF, "--to", "VALIDATED").code == 0
+    for name in ("customers_all", "customers_mrr"):
+        assert cli("shadow", name, "--contract", REF).code == 0
+    assert cli("contract", "promote", REF, "--to", "CANARY").code == 0
+    assert cli("contract", "promote", REF, "--to", "DUAL_WRITE").code == 0
+    assert cli("run", "customers_all").code == 0
+    files = {p: p.read_text() for p in sorted(datasets.glob("*.yaml"))}
+    r = cli("contract", "promote", REF, "--to", "DEFAULT")
+    assert r.code == 3 and "customers_mrr.yaml" in r.err and "promote again" in r.err, (r.code, r.out, r.err)
+    assert {p: p.read_text() for p in sorted(datasets.glob("*.yaml"))} == files  # none half-rewritten
+    assert not list(datasets.glob(".*.promote"))
+    # The swap landed: runs are refused (not publishing v1.0 rows into v2.0's tables) and say so.
+    r = cli("run", "customers_all")
+    assert r.code == 3 and "swapped to a newer major version" in r.err, (r.code, r.err)
+    # Written plainly, promoting again finishes.
+    (datasets / "customers_mrr.yaml").write_text(yaml.safe_dump(MRR, sort_keys=False))
+    r = cli("contract", "promote", REF, "--to", "DEFAULT")
+    assert r.code == 0, r.err
+    assert all(f"contract: {REF}" in p.read_text() for p in datasets.glob("customers_*.yaml"))
+    assert cli("run", "customers_all").code == 0
+    assert cli("verify", "customers_mrr", "--deep").code == 0

@@ -203,11 +203,44 @@ def _rewrite_contract_lines(groups: list[Any], contract: Any) -> list[str]:
     olds = {g.contract.schema_ref for g in groups}
     line = re.compile(r"^(\s*contract:\s*)([\"']?)(" + "|".join(re.escape(r) for r in olds) + r")\2(\s*(#.*)?)$",
                       re.MULTILINE)
-    for path in paths:
-        text = path.read_text()
-        new = line.sub(lambda m: f"{m.group(1)}{m.group(2)}{contract.schema_ref}{m.group(2)}{m.group(4)}", text)
-        if new != text:
-            tmp = path.with_name(f".{path.name}.promote")
-            tmp.write_text(new)
-            tmp.replace(path)
+    # Every file written aside first, then each renamed over its original: a failure while writing
+    # (disk full, a path in the way) leaves every file naming the old version. Datasets of one
+    # entity must name one contract (config._check_entities): half the files rewritten would make
+    # the workspace unloadable, and 'promote again' could not run to finish.
+    staged: list[tuple[Path, Path]] = []
+    stuck: list[str] = []
+    try:
+        for path in paths:
+            text = path.read_text()
+            new = line.sub(lambda m: f"{m.group(1)}{m.group(2)}{contract.schema_ref}{m.group(2)}{m.group(4)}", text)
+            if _names_old(new, olds):  # a spelling the line pattern does not take (flow style, a quoted key)
+                stuck.append(str(path))
+            elif new != text:
+                tmp = path.with_name(f".{path.name}.promote")
+                tmp.write_text(new)
+                staged.append((tmp, path))
+    except OSError as exc:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise BlockedError(f"{contract.schema_ref}: the tables were swapped, but the dataset files could not be "
+                           f"rewritten ({exc}); no dataset file was changed: fix that and promote again, which "
+                           "finishes the promotion") from exc
+    if stuck:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise BlockedError(f"{contract.schema_ref}: the tables were swapped, but the 'contract:' of {', '.join(stuck)} "
+                           f"could not be rewritten (write it as a plain line 'contract: {contract.schema_ref}'); no "
+                           "dataset file was changed: edit them by hand, or set the line plainly and promote again")
+    for tmp, path in staged:
+        tmp.replace(path)
     return [str(p) for p in paths]
+
+
+def _names_old(text: str, olds: set[str]) -> bool:
+    import yaml
+
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError:  # pragma: no cover - the file was loaded as the configuration already
+        return False
+    return any(isinstance(d, dict) and d.get("contract") in olds for d in docs)
