@@ -106,3 +106,40 @@ def test_a_dataset_file_the_rewrite_cannot_change_leaves_every_file_on_the_old_v
     assert all(f"contract: {REF}" in p.read_text() for p in datasets.glob("customers_*.yaml"))
     assert cli("run", "customers_all").code == 0
     assert cli("verify", "customers_mrr", "--deep").code == 0
+
+
+def test_rejects_of_a_new_version_alone_lenient_become_the_entitys_at_the_swap(ws_path: Path, cli):
+    """v1.0 strict (no rejects table), v2.0 lenient: the window's rejects went to
+    customers__v2__rejects, which the swap left behind: 'lakepub rejects' no longer showed them
+    and a later window's 'free names' found the name taken."""
+    from lakepub.contract import dual_write
+    from lakepub.contract.model import load_contract
+    from lakepub.workspace import Workspace
+    from tests.test_any_dataset import STREAM_1, _event, _land, _setup
+    from tests.test_dual_write import V2
+    from tests.test_lifecycle import V1_0
+    from tests.test_shadow import ALL_COLUMNS
+
+    lenient = "validation: {mode: lenient}\nconstraints:\n  range: [{col: mrr_cents, rule: \"[0, 100000]\"}]\n"
+    landing = _setup(ws_path, ALL_COLUMNS)
+    contracts = ws_path / "catalog" / "contracts"
+    (contracts / "customers@v1.0.yaml").write_text(V1_0)
+    _land(landing, "0001.jsonl", STREAM_1)
+    assert cli("run", "customers_all").code == 0
+    (contracts / "customers@v2.0.yaml").write_text(V2.replace("compat_mode: break\n", "compat_mode: break\n" + lenient)
+                                                   + "status: DUAL_WRITE\n")  # set by hand: the publish path only
+    _land(landing, "0002.jsonl", [_event("c9", 1, "FR", "pro", -5), _event("c10", 1, "DE", "pro", 9)])
+    assert cli("run", "customers_all").code == 0
+    assert _pointers(ws_path, "customers__rejects")["customers__rejects"] is None
+    ws = Workspace.open(ws_path)
+    dual_write.swap(ws.config, load_contract(contracts / "customers@v2.0.yaml"))
+    assert _pointers(ws_path, "customers__v2__rejects")["customers__v2__rejects"] is None
+    r = cli("rejects", "customers_all", "--format", "json")
+    assert r.code == 0 and len(r.json()) == 1, (r.out, r.err)
+    # Publishing goes on under v2.0 alone, its rejects appended to the same table.
+    (contracts / "customers@v2.0.yaml").write_text((contracts / "customers@v2.0.yaml").read_text()
+                                                   .replace("status: DUAL_WRITE\n", "status: DEFAULT\n"))
+    _land(landing, "0003.jsonl", [_event("c11", 1, "FR", "pro", -7)])
+    assert cli("run", "customers_all").code == 0
+    r = cli("rejects", "customers_all", "--format", "json")
+    assert r.code == 0 and len(r.json()) == 2, (r.out, r.err)

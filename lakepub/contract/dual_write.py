@@ -18,7 +18,7 @@ in one commit per batch (``publish/dual.py``).
 ``--to DEFAULT`` from DUAL_WRITE adds **caught up**: every new table records the same positions
 as its published counterpart (run ``lakepub run`` first). It then swaps, in ONE catalog
 transaction asserting every pointer it read (``store/commit.exchange_tables``): each published
-name (ledger, datasets, and the rejects table when both versions have one) points at the new version's metadata, and the new version's entries
+name (ledger, datasets, and the rejects table when both versions have one; a rejects table of the new version alone is renamed to the published name) points at the new version's metadata, and the new version's entries
 are renamed ``<table>__v<OLD MAJOR>``, pointing at the old version's metadata, kept for
 DEPRECATED/RETIRED (a ``lakepub query`` view until the old contract file says RETIRED:
 ``publish/dual.kept_names``). Readers of ``customers_current`` see the old version until the COMMIT and the
@@ -129,6 +129,11 @@ def _pairs(config: Any, contract: Any, catalog: Any) -> tuple[list, list[str], b
         if catalog.table_exists(names[0][2]) and not catalog.table_exists(names[0][1]):
             continue  # this group's swap landed (a promotion that stopped before rewriting the files)
         swapped = False
+        if catalog.table_exists(rejects[1]) and not catalog.table_exists(rejects[0]):
+            # Only the new version has rejects (lenient): its table becomes the entity's, by name
+            # alone (nothing to keep), in the same transaction; left behind, the window's rejects
+            # were hidden from 'lakepub rejects' and took the name a later window keeps.
+            pairs.append((rejects[0], None, rejects[1], catalog.load_table(rejects[1]).metadata_location, None))
         for published, new, kept in names:
             try:
                 old_table = catalog.load_table(published)
