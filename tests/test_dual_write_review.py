@@ -143,3 +143,48 @@ def test_rejects_of_a_new_version_alone_lenient_become_the_entitys_at_the_swap(w
     assert cli("run", "customers_all").code == 0
     r = cli("rejects", "customers_all", "--format", "json")
     assert r.code == 0 and len(r.json()) == 2, (r.out, r.err)
+
+
+
+def test_a_contract_file_named_freely_is_dual_written(ws_path: Path, cli):
+    """Contract files are found by content (any *.yaml), and 'contract promote FILE' takes any
+    name; the dual write looked for '<name>@v*.yaml' only: with v2.0 in customers-next.yaml,
+    DUAL_WRITE was accepted, 'lakepub run' exited 0 publishing v1.0 alone, and --to DEFAULT said
+    'run lakepub run' forever. The swap's refusal of stale dataset files and the kept __v1 view
+    looked the same way."""
+    from lakepub.contract import dual_write
+    from lakepub.contract.model import load_contract
+    from lakepub.store.commit import exchange_tables
+    from lakepub.workspace import Workspace
+    from tests.test_any_dataset import STREAM_1, STREAM_2, _land, _setup
+    from tests.test_dual_write import V2, _oracle, _scan
+    from tests.test_lifecycle import V1_0
+    from tests.test_shadow import ALL_COLUMNS
+
+    landing = _setup(ws_path, ALL_COLUMNS)
+    contracts = ws_path / "catalog" / "contracts"
+    (contracts / "customers@v1.0.yaml").write_text(V1_0)
+    _land(landing, "0001.jsonl", STREAM_1)
+    assert cli("run", "customers_all").code == 0
+    new = contracts / "customers-next.yaml"
+    new.write_text(V2)
+    assert cli("contract", "promote", str(new), "--to", "VALIDATED").code == 0
+    assert cli("shadow", "customers_all", "--contract", str(new)).code == 0
+    assert cli("contract", "promote", str(new), "--to", "CANARY").code == 0
+    assert cli("contract", "promote", str(new), "--to", "DUAL_WRITE").code == 0
+    _land(landing, "0002.jsonl", STREAM_2)
+    assert cli("run", "customers_all").code == 0
+    assert _scan(ws_path, "customers_all__v2") == (_oracle(STREAM_1 + STREAM_2), "INTEGER")
+    # The swap lands and the files are not rewritten yet: a new process reading them is refused.
+    ws = Workspace.open(ws_path)
+    pairs, lagging, _ = dual_write._pairs(ws.config, load_contract(new), ws.catalog)  # noqa: SLF001
+    assert not lagging
+    exchange_tables(ws.catalog, pairs)
+    _land(landing, "0003.jsonl", [{**STREAM_1[0], "version": 99}])
+    r = cli("run", "customers_all")
+    assert r.code == 3 and "swapped to a newer major version" in r.err, (r.code, r.err)
+    r = cli("contract", "promote", str(new), "--to", "DEFAULT")  # finishes the promotion
+    assert r.code == 0, r.err
+    assert cli("run", "customers_all").code == 0
+    q = cli("query", "SELECT count(*) AS n FROM customers_all__v1", "--format", "json")  # the kept version
+    assert q.code == 0 and q.json() == [{"n": len(_oracle(STREAM_1 + STREAM_2))}], (q.out, q.err)

@@ -100,7 +100,7 @@ def partner_contract(config: WorkspaceConfig, contract: Contract) -> Contract | 
     from lakepub.contract.model import load_contract
 
     found = []
-    for path in sorted(folder.glob(f"{contract.name}@v*.yaml")):
+    for path in sorted(folder.glob("*.yaml")):  # any file name: contracts are found by content
         if not _STATUS.search(path.read_text()):
             continue
         candidate = load_contract(path)
@@ -343,8 +343,8 @@ def _refuse_swapped(ws: Any, group: EntityGroup) -> None:
     glob; one catalog look-up only then)."""
     folder = ws.config.root / ws.config.catalog_dir / "contracts"
     current = major(group.contract)
-    newer = [p for p in folder.glob(f"{group.contract.name}@v*.yaml")
-             if (m := _FILE_MAJOR.search(p.name)) and int(m.group(1)) > current] if folder.is_dir() else []
+    newer = [p for p in folder.glob("*.yaml")
+             if (m := file_major(p, group.contract.name)) is not None and m > current] if folder.is_dir() else []
     if newer:
         refuse_swapped(ws.catalog, ws.config.namespace, group)
 
@@ -401,6 +401,19 @@ def view_names(config: WorkspaceConfig) -> list[str]:
 
 
 _FILE_MAJOR = re.compile(r"@v(\d+)(?:\.\d+)*\.yaml$")
+_NAME_LINE = re.compile(r"^name:[ \t]*[\"']?([^\"'\s#]+)", re.MULTILINE)
+_VERSION_LINE = re.compile(r"^version:[ \t]*[\"']?(\d+)", re.MULTILINE)
+
+
+def file_major(path: Path, name: str) -> int | None:
+    """The major version of contract ``name`` that ``path`` holds (None: another contract): from a
+    ``<name>@v<M>...yaml`` file name, else from the file's top-level ``name:``/``version:`` lines
+    (contract files may be named freely; no contract is parsed)."""
+    if path.name.startswith(f"{name}@v") and (m := _FILE_MAJOR.search(path.name)):
+        return int(m.group(1))
+    text = path.read_text()
+    named, version = _NAME_LINE.search(text), _VERSION_LINE.search(text)
+    return int(version.group(1)) if named and version and named.group(1) == name else None
 _RETIRED = re.compile(r"^status:[ \t]*[\"']?RETIRED\b", re.MULTILINE)
 
 
@@ -415,10 +428,10 @@ def kept_names(config: WorkspaceConfig) -> list[str]:
         key = (spec.contract.name, major(spec.contract))
         if key not in older:
             found = []
-            for path in folder.glob(f"{spec.contract.name}@v*.yaml") if folder.is_dir() else ():
-                m = _FILE_MAJOR.search(path.name)
-                if m and int(m.group(1)) < key[1] and not _RETIRED.search(path.read_text()):
-                    found.append(int(m.group(1)))
+            for path in folder.glob("*.yaml") if folder.is_dir() else ():
+                m = file_major(path, spec.contract.name)
+                if m is not None and m < key[1] and not _RETIRED.search(path.read_text()):
+                    found.append(m)
             older[key] = sorted(set(found))
         out.update(f"{name}__v{m}" for m in older[key])
     return sorted(out)
