@@ -188,3 +188,25 @@ def test_a_contract_file_named_freely_is_dual_written(ws_path: Path, cli):
     assert cli("run", "customers_all").code == 0
     q = cli("query", "SELECT count(*) AS n FROM customers_all__v1", "--format", "json")  # the kept version
     assert q.code == 0 and q.json() == [{"n": len(_oracle(STREAM_1 + STREAM_2))}], (q.out, q.err)
+
+
+
+def test_a_stale_checkout_never_publishes_the_old_version_into_the_swapped_in_tables(ws_path: Path, cli):
+    """Another machine's checkout of the workspace folder from before the window (dataset file on
+    v1.0, no v2.0 contract file): its run exited 0, evolved the swapped-in customers_all back from
+    INTEGER to BIGINT in place and published a value v2.0 refuses (3e9)."""
+    from tests.test_any_dataset import STREAM_1, STREAM_2, _event, _land
+    from tests.test_dual_write import _oracle, _scan
+
+    landing = _dual_write(ws_path, cli)
+    assert cli("run", "customers_all").code == 0
+    assert cli("contract", "promote", REF, "--to", "DEFAULT").code == 0
+    before = _pointers(ws_path, *TABLES[:2])
+    dataset = ws_path / "catalog" / "datasets" / "customers_all.yaml"
+    dataset.write_text(dataset.read_text().replace("customers@v2.0", "customers@v1.0"))
+    (ws_path / "catalog" / "contracts" / "customers@v2.0.yaml").unlink()
+    _land(landing, "0002.jsonl", STREAM_2 + [_event("c77", 1, "FR", "pro", 3_000_000_000)])
+    r = cli("run", "customers_all")
+    assert r.code == 3 and "last published under contracts/customers@v2.0" in r.err, (r.code, r.out, r.err)
+    assert _pointers(ws_path, *TABLES[:2]) == before
+    assert _scan(ws_path, "customers_all") == (_oracle(STREAM_1), "INTEGER")

@@ -274,6 +274,7 @@ def attach(ws: Any, publisher: Any, spec: Any, landing_folder: Path | None, max_
 
     group = publisher.group
     _refuse_swapped(ws, group)
+    refuse_older_major(publisher)
     new = partner_contract(ws.config, group.contract)
     if new is None:
         if publisher.companion is not None:
@@ -347,6 +348,26 @@ def _refuse_swapped(ws: Any, group: EntityGroup) -> None:
              if (m := file_major(p, group.contract.name)) is not None and m > current] if folder.is_dir() else []
     if newer:
         refuse_swapped(ws.catalog, ws.config.namespace, group)
+
+
+def refuse_older_major(publisher: Any) -> None:
+    """Refuse (exit 3) to publish under a major version below the one the entity's tables were
+    last published under: dataset files naming the old version after a DEFAULT swap, read by a
+    process whose workspace folder does not hold the new version's contract file (another
+    machine's checkout) or once the kept ``__v<M>`` tables are dropped. Its publish would evolve
+    the swapped-in tables back in place (``int`` -> ``long`` is a promotion) and write old-version
+    rows into them. One load of the entity's tables (a run loads them anyway)."""
+    _, _, latest = publisher.load()
+    mine = publisher.contract
+    for name, found in sorted(latest.items()):
+        ref = found[1].contract if found is not None else None
+        m = re.fullmatch(r"(.*)@v(\d+)(?:\.\d+)*", ref or "")
+        if m and m.group(1) == mine.schema_ref.rsplit("@", 1)[0] and int(m.group(2)) > major(mine):
+            raise BlockedError(
+                f"{name} was last published under {ref}, and the dataset files this process read name "
+                f"{mine.schema_ref}, an older major version (a breaking version swapped in by 'contract promote "
+                f"--to DEFAULT'); nothing was published: update the dataset files (and the contracts folder) to "
+                f"{ref}")
 
 
 def refuse_swapped(catalog: Any, namespace: str, group: EntityGroup) -> None:
