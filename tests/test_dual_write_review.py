@@ -210,3 +210,27 @@ def test_a_stale_checkout_never_publishes_the_old_version_into_the_swapped_in_ta
     assert r.code == 3 and "last published under contracts/customers@v2.0" in r.err, (r.code, r.out, r.err)
     assert _pointers(ws_path, *TABLES[:2]) == before
     assert _scan(ws_path, "customers_all") == (_oracle(STREAM_1), "INTEGER")
+
+
+
+def test_a_stale_checkout_does_not_rebuild_the_swapped_in_table_under_the_old_version(ws_path: Path, cli):
+    """The same stale checkout with a changed partition: 'lakepub rebuild' exited 0 and rewrote the
+    published (v2.0) customers_all with v1.0's types (BIGINT), under readers migrated to v2.0."""
+    import yaml
+
+    from tests.test_any_dataset import STREAM_1
+    from tests.test_dual_write import _oracle, _scan
+
+    _dual_write(ws_path, cli)
+    assert cli("run", "customers_all").code == 0
+    assert cli("contract", "promote", REF, "--to", "DEFAULT").code == 0
+    before = _pointers(ws_path, "customers_all")
+    dataset = ws_path / "catalog" / "datasets" / "customers_all.yaml"
+    doc = yaml.safe_load(dataset.read_text())
+    dataset.write_text(yaml.safe_dump({**doc, "contract": "contracts/customers@v1.0",
+                                       "partition": "bucket(4, customer_id)"}, sort_keys=False))
+    (ws_path / "catalog" / "contracts" / "customers@v2.0.yaml").unlink()
+    r = cli("rebuild", "customers_all")
+    assert r.code == 3 and "last published under contracts/customers@v2.0" in r.err, (r.code, r.out, r.err)
+    assert _pointers(ws_path, "customers_all") == before
+    assert _scan(ws_path, "customers_all") == (_oracle(STREAM_1), "INTEGER")

@@ -358,16 +358,19 @@ def refuse_older_major(publisher: Any) -> None:
     the swapped-in tables back in place (``int`` -> ``long`` is a promotion) and write old-version
     rows into them. One load of the entity's tables (a run loads them anyway)."""
     _, _, latest = publisher.load()
-    mine = publisher.contract
     for name, found in sorted(latest.items()):
-        ref = found[1].contract if found is not None else None
-        m = re.fullmatch(r"(.*)@v(\d+)(?:\.\d+)*", ref or "")
-        if m and m.group(1) == mine.schema_ref.rsplit("@", 1)[0] and int(m.group(2)) > major(mine):
-            raise BlockedError(
-                f"{name} was last published under {ref}, and the dataset files this process read name "
-                f"{mine.schema_ref}, an older major version (a breaking version swapped in by 'contract promote "
-                f"--to DEFAULT'); nothing was published: update the dataset files (and the contracts folder) to "
-                f"{ref}")
+        check_major(name, found[1].contract if found is not None else None, publisher.contract, "published")
+
+
+def check_major(name: str, ref: str | None, mine: Contract, doing: str) -> None:
+    """BlockedError if ``ref`` (the contract ``name``'s table was last written under) is a higher
+    major version of ``mine``'s contract (``refuse_older_major``; ``lakepub rebuild`` too)."""
+    m = re.fullmatch(r"(.*)@v(\d+)(?:\.\d+)*", ref or "")
+    if m and m.group(1) == mine.schema_ref.rsplit("@", 1)[0] and int(m.group(2)) > major(mine):
+        raise BlockedError(
+            f"{name} was last published under {ref}, and the dataset files this process read name "
+            f"{mine.schema_ref}, an older major version (a breaking version swapped in by 'contract promote "
+            f"--to DEFAULT'); nothing was {doing}: update the dataset files (and the contracts folder) to {ref}")
 
 
 def refuse_swapped(catalog: Any, namespace: str, group: EntityGroup) -> None:
