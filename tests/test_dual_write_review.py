@@ -234,3 +234,22 @@ def test_a_stale_checkout_does_not_rebuild_the_swapped_in_table_under_the_old_ve
     assert r.code == 3 and "last published under contracts/customers@v2.0" in r.err, (r.code, r.out, r.err)
     assert _pointers(ws_path, "customers_all") == before
     assert _scan(ws_path, "customers_all") == (_oracle(STREAM_1), "INTEGER")
+
+
+
+def test_an_explicit_batch_of_records_from_a_generator_reaches_both_versions(ws_path: Path, cli):
+    """Workspace.publish takes records (any iterable of dicts); a generator was read once for the
+    published version, then read again, empty, for the new one: the new version's tables moved
+    to the batch's end with none of its events (exit 0), and the swap would publish that."""
+    from lakepub.workspace import Workspace
+    from tests.test_any_dataset import STREAM_1, _event
+    from tests.test_dual_write import _oracle, _scan
+
+    _dual_write(ws_path, cli)
+    assert cli("run", "customers_all").code == 0  # the new version built beside, up to p0=7
+    events = [_event("c20", 1, "FR", "pro", 11), _event("c21", 1, "DE", "basic", 12)]
+    ws = Workspace.open(ws_path)
+    ws.publish("customers_all", (e for e in events), start={"p0": 7}, end={"p0": 9})
+    expected = _oracle(STREAM_1 + events)
+    assert _scan(ws_path, "customers_all")[0] == expected
+    assert _scan(ws_path, "customers_all__v2") == (expected, "INTEGER")

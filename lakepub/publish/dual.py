@@ -232,6 +232,12 @@ class Companion:
 
         pub = self.publisher
         raw = self.events if self.events is not None else self._read(identity.start, identity.end)
+        if raw.num_rows != positions.check_range(identity.start, identity.end):  # never a partial batch
+            from lakepub.errors import InvalidPosition
+
+            raise InvalidPosition(f"the batch read again for {pub.contract.schema_ref} has {raw.num_rows} events, "
+                                  f"its range {positions.dumps(identity.start)} -> {positions.dumps(identity.end)} "
+                                  "covers another number; nothing was published")
         original = pub.prepare(raw)
         mine = BatchIdentity(pub.group.name, identity.source, identity.start, identity.end, original.digest)
         try:
