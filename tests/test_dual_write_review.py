@@ -253,5 +253,3 @@ def test_an_explicit_batch_of_records_from_a_generator_reaches_both_versions(ws_
     expected = _oracle(STREAM_1 + events)
     assert _scan(ws_path, "customers_all")[0] == expected
     assert _scan(ws_path, "customers_all__v2") == (expected, "INTEGER")
-
-
