@@ -112,6 +112,17 @@ def test_rejects_of_a_new_version_alone_lenient_become_the_entitys_at_the_swap(w
     """v1.0 strict (no rejects table), v2.0 lenient: the window's rejects went to
     customers__v2__rejects, which the swap left behind: 'lakepub rejects' no longer showed them
     and a later window's 'free names' found the name taken."""
+    _rejects_renamed(ws_path, cli)
+
+
+def test_rejects_of_a_new_version_alone_are_renamed_on_a_postgresql_catalog(ws_path: Path, cli, pg_url: str):
+    from tests.conftest import set_catalog
+
+    set_catalog(ws_path, type="sql", uri=pg_url, warehouse=".lakepub/warehouse")
+    _rejects_renamed(ws_path, cli)
+
+
+def _rejects_renamed(ws_path: Path, cli) -> None:
     from lakepub.contract import dual_write
     from lakepub.contract.model import load_contract
     from lakepub.workspace import Workspace
