@@ -167,6 +167,8 @@ class Workspace:
         start_v = positions.parse_vector(start, "start")
         end_v = positions.parse_vector(end, "end")
         covered = positions.check_range(start_v, end_v)
+        if not isinstance(events, (str, Path, pa.Table)):  # records: read once more under a DUAL_WRITE version
+            events = list(events)
         table = _events_table(events, spec.contract)  # read and validated before anything touches the catalog
         _refuse_deleted_definition(spec, dataset)
         _refuse_retired(self._summary_table(dataset), dataset, "publishing into it")

@@ -85,6 +85,9 @@ def rebuild_base(ws, name: str, on_drop: Callable[[str, list[str]], None] | None
     if found is None:
         raise UserError(f"dataset '{name}' has no lakepub publish yet: 'lakepub run {name}' publishes it")
     record = found[1]
+    from lakepub.publish.dual import check_major
+
+    check_major(name, record.contract, spec.contract, "rebuilt")  # stale dataset files after a DUAL_WRITE swap
     desired, current = of_spec(spec), of_dataset(published, spec, record)
     _drop_abandoned(catalog, ns, name, (desired, current), on_drop)
     if desired == current:

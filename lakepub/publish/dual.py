@@ -100,7 +100,7 @@ def partner_contract(config: WorkspaceConfig, contract: Contract) -> Contract | 
     from lakepub.contract.model import load_contract
 
     found = []
-    for path in sorted(folder.glob(f"{contract.name}@v*.yaml")):
+    for path in sorted(folder.glob("*.yaml")):  # any file name: contracts are found by content
         if not _STATUS.search(path.read_text()):
             continue
         candidate = load_contract(path)
@@ -232,6 +232,12 @@ class Companion:
 
         pub = self.publisher
         raw = self.events if self.events is not None else self._read(identity.start, identity.end)
+        if raw.num_rows != positions.check_range(identity.start, identity.end):  # never a partial batch
+            from lakepub.errors import InvalidPosition
+
+            raise InvalidPosition(f"the batch read again for {pub.contract.schema_ref} has {raw.num_rows} events, "
+                                  f"its range {positions.dumps(identity.start)} -> {positions.dumps(identity.end)} "
+                                  "covers another number; nothing was published")
         original = pub.prepare(raw)
         mine = BatchIdentity(pub.group.name, identity.source, identity.start, identity.end, original.digest)
         try:
@@ -274,6 +280,7 @@ def attach(ws: Any, publisher: Any, spec: Any, landing_folder: Path | None, max_
 
     group = publisher.group
     _refuse_swapped(ws, group)
+    refuse_older_major(publisher)
     new = partner_contract(ws.config, group.contract)
     if new is None:
         if publisher.companion is not None:
@@ -343,10 +350,33 @@ def _refuse_swapped(ws: Any, group: EntityGroup) -> None:
     glob; one catalog look-up only then)."""
     folder = ws.config.root / ws.config.catalog_dir / "contracts"
     current = major(group.contract)
-    newer = [p for p in folder.glob(f"{group.contract.name}@v*.yaml")
-             if (m := _FILE_MAJOR.search(p.name)) and int(m.group(1)) > current] if folder.is_dir() else []
+    newer = [p for p in folder.glob("*.yaml")
+             if (m := file_major(p, group.contract.name)) is not None and m > current] if folder.is_dir() else []
     if newer:
         refuse_swapped(ws.catalog, ws.config.namespace, group)
+
+
+def refuse_older_major(publisher: Any) -> None:
+    """Refuse (exit 3) to publish under a major version below the one the entity's tables were
+    last published under: dataset files naming the old version after a DEFAULT swap, read by a
+    process whose workspace folder does not hold the new version's contract file (another
+    machine's checkout) or once the kept ``__v<M>`` tables are dropped. Its publish would evolve
+    the swapped-in tables back in place (``int`` -> ``long`` is a promotion) and write old-version
+    rows into them. One load of the entity's tables (a run loads them anyway)."""
+    _, _, latest = publisher.load()
+    for name, found in sorted(latest.items()):
+        check_major(name, found[1].contract if found is not None else None, publisher.contract, "published")
+
+
+def check_major(name: str, ref: str | None, mine: Contract, doing: str) -> None:
+    """BlockedError if ``ref`` (the contract ``name``'s table was last written under) is a higher
+    major version of ``mine``'s contract (``refuse_older_major``; ``lakepub rebuild`` too)."""
+    m = re.fullmatch(r"(.*)@v(\d+)(?:\.\d+)*", ref or "")
+    if m and m.group(1) == mine.schema_ref.rsplit("@", 1)[0] and int(m.group(2)) > major(mine):
+        raise BlockedError(
+            f"{name} was last published under {ref}, and the dataset files this process read name "
+            f"{mine.schema_ref}, an older major version (a breaking version swapped in by 'contract promote "
+            f"--to DEFAULT'); nothing was {doing}: update the dataset files (and the contracts folder) to {ref}")
 
 
 def refuse_swapped(catalog: Any, namespace: str, group: EntityGroup) -> None:
@@ -401,6 +431,19 @@ def view_names(config: WorkspaceConfig) -> list[str]:
 
 
 _FILE_MAJOR = re.compile(r"@v(\d+)(?:\.\d+)*\.yaml$")
+_NAME_LINE = re.compile(r"^name:[ \t]*[\"']?([^\"'\s#]+)", re.MULTILINE)
+_VERSION_LINE = re.compile(r"^version:[ \t]*[\"']?(\d+)", re.MULTILINE)
+
+
+def file_major(path: Path, name: str) -> int | None:
+    """The major version of contract ``name`` that ``path`` holds (None: another contract): from a
+    ``<name>@v<M>...yaml`` file name, else from the file's top-level ``name:``/``version:`` lines
+    (contract files may be named freely; no contract is parsed)."""
+    if path.name.startswith(f"{name}@v") and (m := _FILE_MAJOR.search(path.name)):
+        return int(m.group(1))
+    text = path.read_text()
+    named, version = _NAME_LINE.search(text), _VERSION_LINE.search(text)
+    return int(version.group(1)) if named and version and named.group(1) == name else None
 _RETIRED = re.compile(r"^status:[ \t]*[\"']?RETIRED\b", re.MULTILINE)
 
 
@@ -415,10 +458,10 @@ def kept_names(config: WorkspaceConfig) -> list[str]:
         key = (spec.contract.name, major(spec.contract))
         if key not in older:
             found = []
-            for path in folder.glob(f"{spec.contract.name}@v*.yaml") if folder.is_dir() else ():
-                m = _FILE_MAJOR.search(path.name)
-                if m and int(m.group(1)) < key[1] and not _RETIRED.search(path.read_text()):
-                    found.append(int(m.group(1)))
+            for path in folder.glob("*.yaml") if folder.is_dir() else ():
+                m = file_major(path, spec.contract.name)
+                if m is not None and m < key[1] and not _RETIRED.search(path.read_text()):
+                    found.append(m)
             older[key] = sorted(set(found))
         out.update(f"{name}__v{m}" for m in older[key])
     return sorted(out)

@@ -343,7 +343,8 @@ def exchange_tables(catalog: Catalog,
     pointing at the old version's metadata (kept for DEPRECATED/RETIRED). Every UPDATE asserts
     the expected pointer; any row count of 0 (a table moved, or ``kept`` already exists) rolls
     the whole swap back: CommitConflict, nothing changed. ``kept`` is in ``new``'s namespace. OutcomeUnknown if the COMMIT was not
-    confirmed."""
+    confirmed. A pair whose expected metadata is None (no ``published`` table) renames ``new`` to
+    ``published`` (an IntegrityError if one was created meanwhile: CommitConflict)."""
     from sqlalchemy.exc import IntegrityError
 
     sql = require_atomic_commit(catalog)
@@ -358,6 +359,12 @@ def exchange_tables(catalog: Catalog,
     try:
         try:
             for published, old, new, new_location, kept in pairs:
+                if old is None:  # no published table: ``new`` only takes its name
+                    if session.execute(update(IcebergTables).where(*where(new, new_location)).values(
+                            table_name=Catalog.table_name_from(published))).rowcount < 1:
+                        session.rollback()
+                        raise CommitConflict(f"table {'.'.join(new)} was updated by another writer")
+                    continue
                 renamed = session.execute(update(IcebergTables).where(*where(new, new_location)).values(
                     table_name=Catalog.table_name_from(kept), metadata_location=old, previous_metadata_location=new_location)).rowcount
                 moved = session.execute(update(IcebergTables).where(*where(published, old)).values(
