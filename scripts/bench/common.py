@@ -194,7 +194,7 @@ class Report:
             out.append(f"params: {params}")
         out += self.lines
         if self.targets:
-            out.append("-- targets (issue 4)")
+            out.append("-- targets (of the issue each benchmark serves; see its docstring)")
             for t in self.targets:
                 verdict = "MET" if t["met"] else "MISSED"
                 out.append(f"  {t['name']:<46} {fmt(t['value'], 2):>14}   target {t['op']} {t['target']:g}"
