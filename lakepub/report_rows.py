@@ -85,6 +85,26 @@ def iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="seconds")
 
 
+def log_entries(history, limit: int | None) -> list[LogEntry]:
+    """``lakepub log``'s entries, newest first, from ``store.record.published_history`` pairs
+    (snapshot, record): shared by the full path (``reports.log``) and the quick one."""
+    out: list[LogEntry] = []
+    for snapshot, record in history:
+        out.append(LogEntry(
+            snapshot_id=snapshot.snapshot_id,
+            committed_at=iso(snapshot.timestamp_ms),
+            batch_id=record.batch_id,
+            source=str(record.batch.get("source", "")),
+            start=dict(record.batch.get("start", {})),
+            end=dict(record.batch.get("end", {})),
+            counts=record.counts,
+            partitions=sorted(record.checksums),
+        ))
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
 def log_text(entries: list[LogEntry]) -> str:
     """The table ``lakepub log`` prints."""
     rows = [[e.snapshot_id, e.committed_at, e.batch_id[:12], e.source, output.vector(e.end), e.counts.events,

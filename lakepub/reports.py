@@ -26,7 +26,7 @@ from lakepub.publish.states import live_states
 from lakepub.store.layout import columns_at, has_history, ledger_id
 from lakepub.store.published import partition_of
 from lakepub import report_rows
-from lakepub.report_rows import DatasetStatus, LandingStatus, LogEntry, iso
+from lakepub.report_rows import DatasetStatus, LandingStatus, LogEntry, iso, log_entries
 from lakepub.store.record import Counts, foreign_head, latest_published, latest_record, published_history, recorded_checksums
 
 if TYPE_CHECKING:  # the workspace calls these reports; they only use the one it passes
@@ -117,21 +117,7 @@ def log(ws: Workspace, dataset: str, limit: int | None = None) -> list[LogEntry]
     table = ws._summary_table(dataset)  # noqa: SLF001
     if table is None:
         return []
-    out = []
-    for snapshot, record in published_history(table):
-        out.append(LogEntry(
-            snapshot_id=snapshot.snapshot_id,
-            committed_at=_iso(snapshot.timestamp_ms),
-            batch_id=record.batch_id,
-            source=str(record.batch.get("source", "")),
-            start=dict(record.batch.get("start", {})),  # type: ignore[arg-type]
-            end=dict(record.batch.get("end", {})),  # type: ignore[arg-type]
-            counts=record.counts,
-            partitions=sorted(record.checksums),
-        ))
-        if limit is not None and len(out) >= limit:
-            break
-    return out
+    return log_entries(published_history(table), limit)
 
 
 def verify(ws: Workspace, dataset: str, *, deep: bool = False) -> VerifyReport:

@@ -26,7 +26,7 @@ from typing import Any
 
 from lakepub.positions import valid_name
 from lakepub.quick.catalog import QuickTable, QuickWorkspace, Unsupported, retirement, write_json
-from lakepub.report_rows import DatasetStatus, LandingStatus, LogEntry, iso
+from lakepub.report_rows import DatasetStatus, LandingStatus, LogEntry, log_entries
 from lakepub.store.record import Counts, published_history
 
 AUDIT_TABLE = "lakepub_audit"  # store/audit.py
@@ -43,21 +43,7 @@ def log(qw: QuickWorkspace, dataset: str, limit: int | None) -> list[LogEntry]:
     table = qw.table(dataset)
     if table is None:
         return []
-    out = []
-    for snapshot, record in published_history(table):  # type: ignore[arg-type] - QuickTable walks the same
-        out.append(LogEntry(
-            snapshot_id=snapshot.snapshot_id,
-            committed_at=iso(snapshot.timestamp_ms),
-            batch_id=record.batch_id,
-            source=str(record.batch.get("source", "")),
-            start=dict(record.batch.get("start", {})),  # type: ignore[arg-type]
-            end=dict(record.batch.get("end", {})),  # type: ignore[arg-type]
-            counts=record.counts,
-            partitions=sorted(record.checksums),
-        ))
-        if limit is not None and len(out) >= limit:
-            break
-    return out
+    return log_entries(published_history(table), limit)  # type: ignore[arg-type] - QuickTable walks the same
 
 
 # --- status ----------------------------------------------------------------------------------------
