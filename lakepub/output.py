@@ -46,17 +46,40 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def render_query(result: pa.Table, fmt: str) -> str:
+    pylist = _pylist(result)
     if fmt == "json":
-        return to_json(result.to_pylist())
+        return to_json(pylist)
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
         writer.writerow(result.column_names)
-        for row in result.to_pylist():
+        for row in pylist:
             writer.writerow([_cell(v) for v in row.values()])
         return buf.getvalue().rstrip("\n")
-    rows = [list(r.values()) for r in result.to_pylist()]
+    rows = [list(r.values()) for r in pylist]
     return table(result.column_names, rows) + f"\n({len(rows)} row{'s' if len(rows) != 1 else ''})"
+
+
+def _pylist(result: Any) -> list[dict[str, Any]]:
+    """The rows as Python values; a date or timestamp Python cannot hold (DuckDB's ``infinity``,
+    years beyond 1-9999) is the query's problem, said as one (exit 2), not an internal error."""
+    try:
+        return result.to_pylist()
+    except (OverflowError, ValueError) as exc:
+        from lakepub.errors import QueryError
+
+        bad = [name for name in result.column_names if _fails(result, name)]
+        where = f"column {', '.join(bad)}" if bad else "a column"
+        raise QueryError(f"query failed: {where} holds a value Python cannot represent ({exc}); "
+                         f"CAST it to VARCHAR in the query to see it as DuckDB prints it") from exc
+
+
+def _fails(result: Any, name: str) -> bool:
+    try:
+        result.column(name).to_pylist()
+        return False
+    except (OverflowError, ValueError):
+        return True
 
 
 def _cell(value: Any) -> str:

@@ -172,3 +172,18 @@ def test_select_cannot_read_duckdbs_default_temp_directory(shop: Path, tmp_path:
     ok = subprocess.run([sys.executable, "-m", "lakepub.cli", "-w", str(shop), "query", "SELECT sum(cents) AS c FROM orders_daily"],
                         capture_output=True, text=True, cwd=cwd, env={**os.environ, "TMPDIR": str(private)}, timeout=120)
     assert ok.returncode == 0 and "190" in ok.stdout, ok.stderr
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "json"])
+@pytest.mark.parametrize("value", ["'infinity'::DATE", "'-infinity'::DATE", "'infinity'::TIMESTAMP"])
+def test_a_value_python_cannot_hold_is_a_query_error_naming_the_column(shop: Path, value: str, fmt: str):
+    """DuckDB's infinite dates reached the printer as an internal OverflowError (exit 1); they are
+    the query's to fix (exit 2, one line naming the column and the CAST that shows them)."""
+    before = files_under(warehouse(shop))
+    result = run(shop, "query", f"SELECT 1 AS fine, {value} AS odd", "--format", fmt)
+    assert result.code == 2, result.err
+    assert "internal error" not in result.err
+    assert "column odd" in result.err and "CAST it to VARCHAR" in result.err
+    assert files_under(warehouse(shop)) == before
+    shown = run(shop, "query", f"SELECT CAST({value} AS VARCHAR) AS odd", "--format", "csv")
+    assert shown.code == 0 and "infinity" in shown.out
