@@ -213,9 +213,9 @@ def fast_append(tx, futures: list, snapshot_properties: dict[str, str]) -> None:
     31 partitions wrote 2,411 entries, ~0.15 ms each in pyiceberg's Avro writer, the largest cost
     of such a build), and the table's merge-append properties (made for the ledger) would merge
     every 4 manifests. The next window that replaces files compacts them into one again."""
-    with tx.update_snapshot(snapshot_properties=snapshot_properties).fast_append() as append:
-        for future in futures:
-            append.append_data_file(future.result())
+    from lakepub.store.write import fast_append as one_block_append
+
+    one_block_append(tx, [future.result() for future in futures], snapshot_properties)
 
 
 def live_files(table: Table) -> list[DataFile]:
