@@ -17,8 +17,8 @@ from lakepub.generate import generate_stream, oracle_summary, read_stream
 from lakepub.store.commit import TableChange, _stage
 from lakepub.store.layout import ledger_id, summary_id
 from lakepub.store.record import published_history
-from lakepub.store.write import (add_in_one_block, append_files, new_snapshot_id, staged_metadata, submit_partitions,
-                                 transaction)
+from lakepub.store.write import (_WRITTEN, add_in_one_block, append_files, fast_append, new_snapshot_id,
+                                 staged_metadata, submit_partitions, transaction)
 from pyiceberg.manifest import write_manifest
 from pyiceberg.table.update import update_table_metadata
 
@@ -137,3 +137,44 @@ def test_the_published_record_names_the_ledger_snapshot_drawn_before_the_ledger_
         append_files(transaction(ledger), [], {}, taken)
     fresh = new_snapshot_id(ledger)
     assert fresh not in ledger_ids
+
+
+def test_fast_append_stages_what_pyiceberg_s_fast_append_stages(ws, ws_path):
+    """``fast_append`` (a derived window's new files: one Avro block, the partition type bound
+    once for the summary) against pyiceberg's ``fast_append`` of the same files: the same snapshot
+    summary, per-partition summaries included, and the same entries read back from the manifest,
+    which is also what is remembered for the next commit."""
+    _drift(ws_path, 2_000)
+    ws.run("orders_daily", max_batch=1_000)
+    table = ws.catalog.load_table(summary_id(ws.config.namespace, "orders_daily"))
+    [manifest] = table.current_snapshot().manifests(table.io)
+    files = [e.data_file for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True)]
+    assert len(files) >= 36
+    staged = {}
+    for how in ("theirs", "ours"):
+        tx = transaction(table)
+        tx.set_properties({"write.summary.partition-limit": "1000"})
+        if how == "ours":
+            fast_append(tx, files, {"lakepub.x": "1"})
+        else:
+            with tx.update_snapshot(snapshot_properties={"lakepub.x": "1"}).fast_append() as append:
+                for f in files:
+                    append.append_data_file(f)
+        staged[how] = tx.table_metadata.current_snapshot()
+    ours, theirs = staged["ours"], staged["theirs"]
+    assert ours.summary == theirs.summary
+    assert sum(k.startswith("partitions.") for k in ours.summary.additional_properties) == len(
+        {f.partition for f in files})
+    ours_m, theirs_m = ours.manifests(table.io), theirs.manifests(table.io)
+    assert [m.manifest_path for m in ours_m[1:]] == [m.manifest_path for m in theirs_m[1:]] == [manifest.manifest_path]
+
+    def read(m):
+        return [(e.status, e.snapshot_id == (ours if m is ours_m[0] else theirs).snapshot_id, e.sequence_number,
+                 e.data_file.file_path, e.data_file.partition, e.data_file.record_count, e.data_file.lower_bounds,
+                 e.data_file.upper_bounds) for e in m.fetch_manifest_entry(table.io, discard_deleted=True)]
+
+    assert read(ours_m[0]) == read(theirs_m[0])
+    assert [(e.status, e.sequence_number, e.file_sequence_number, e.data_file.file_path)
+            for e in _WRITTEN[ours_m[0].manifest_path]] == \
+        [(e.status, e.sequence_number, e.file_sequence_number, e.data_file.file_path)
+         for e in ours_m[0].fetch_manifest_entry(table.io, discard_deleted=True)]

@@ -38,6 +38,7 @@ import uuid
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import compute_statistics_plan, data_file_statistics_from_parquet_metadata, \
     parquet_path_to_id_mapping
@@ -131,18 +132,23 @@ def write_partitions(metadata: TableMetadata, rows: pa.Table, index: pa.Array, v
     os.makedirs(data, exist_ok=True)
     con.register("_lakepub_rows", rows)
     try:
-        written = con.execute(sql).fetchall()
+        # As Arrow, only the columns used: ``fetchall`` built a Python dict per file of every
+        # column's statistics (~14 ms for 365 files).
+        written = con.execute(sql).to_arrow_table()
     finally:
         con.unregister("_lakepub_rows")
+    filenames = written.column("filename").to_pylist()
+    sizes = written.column("file_size_bytes").to_pylist()
+    keys = pc.map_lookup(written.column("partition_keys"), pa.scalar(field, pa.string()), "first").to_pylist() \
+        if field is not None else [None] * len(filenames)
     by_label = {label: i for i, label in enumerate(folders if field is not None else labels)}
     plan = compute_statistics_plan(schema, props)
     mapping = parquet_path_to_id_mapping(schema)
     out = []
-    for filename, _count, size, _footer, _stats, keys in written:
+    for filename, size, label in zip(filenames, sizes, keys):
         if field is None:
             partition = Record()
         else:
-            label = dict(keys).get(field) if not isinstance(keys, dict) else keys.get(field)
             if label not in by_label:
                 raise BlockedError(f"DuckDB wrote {filename} for partition {label!r}, not one of the window's; "
                                    "nothing was committed (the file is an orphan the janitor removes)")
@@ -207,9 +213,9 @@ def fast_append(tx, futures: list, snapshot_properties: dict[str, str]) -> None:
     31 partitions wrote 2,411 entries, ~0.15 ms each in pyiceberg's Avro writer, the largest cost
     of such a build), and the table's merge-append properties (made for the ledger) would merge
     every 4 manifests. The next window that replaces files compacts them into one again."""
-    with tx.update_snapshot(snapshot_properties=snapshot_properties).fast_append() as append:
-        for future in futures:
-            append.append_data_file(future.result())
+    from lakepub.store.write import fast_append as one_block_append
+
+    one_block_append(tx, [future.result() for future in futures], snapshot_properties)
 
 
 def live_files(table: Table) -> list[DataFile]:

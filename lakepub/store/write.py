@@ -17,7 +17,9 @@ added entries into one manifest instead, so a snapshot lists one manifest whatev
 Its entries are encoded as one Avro block (``add_in_one_block``; pyiceberg writes a block per
 entry). A ledger append may be given its snapshot id beforehand (``new_snapshot_id``,
 ``append_files``), so that a publish stages the published tables, whose records name that ledger
-snapshot, while the ledger's own file is still being written.
+snapshot, while the ledger's own file is still being written. A derived window that replaces no
+file stages a fast append (``fast_append``: its manifest as one block, the summary's partition type
+bound once; ~14 ms instead of pyiceberg's ~23 ms for 365 files).
 
 The data files are written by ``store.files.FileWriter``; transactions are ``MemoTransaction``.
 """
@@ -43,9 +45,11 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.update import _apply_table_update, _TableMetadataUpdateContext, _update_table_metadata_log
 from pyiceberg.utils.datetime import datetime_to_millis
-from pyiceberg.table.snapshots import Operation
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.table.snapshots import Operation, SnapshotSummaryCollector, Summary, update_snapshot_summaries
+from pyiceberg.typedef import EMPTY_DICT
 from pyiceberg.typedef import Record
-from pyiceberg.table.update.snapshot import _OverwriteFiles
+from pyiceberg.table.update.snapshot import _FastAppendFiles, _OverwriteFiles
 
 from lakepub.errors import LakepubError
 from lakepub.store.files import FileWriter
@@ -215,6 +219,67 @@ class _CompactingOverwrite(_OverwriteFiles):
                                                if e.status != ManifestEntryStatus.DELETED])
             out.append(manifest)
         return out
+
+
+class _OneBlockFastAppend(_FastAppendFiles):
+    """pyiceberg's fast append (a new manifest of the added files, every existing manifest kept
+    as is), its manifest encoded as one Avro block (``add_in_one_block``) and its entries
+    remembered for the next commit's ``_live_entries``: pyiceberg writes a block per entry, ~16 ms
+    for the 365 files of a derived daily rollup's full build."""
+
+    def _manifests(self) -> list[ManifestFile]:
+        existing = self._existing_manifests()
+        if not self._added_data_files:
+            return self._process_manifests(existing)
+        entries = [ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id,
+                                           sequence_number=None, file_sequence_number=None, data_file=data_file)
+                   for data_file in self._added_data_files]
+        with self.new_manifest_writer(spec=self._transaction.table_metadata.spec()) as writer:
+            add_in_one_block(writer, entries)
+        manifest = writer.to_manifest_file()
+        sequence_number = self._transaction.table_metadata.next_sequence_number()  # the new snapshot's
+        _remember(manifest.manifest_path, [_as_read_back(e, sequence_number) for e in entries])
+        return self._process_manifests([manifest] + existing)  # pyiceberg's order: added, then existing
+
+    def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
+        """pyiceberg's ``_summary`` of an append, the partition type bound once instead of per file
+        (``PartitionSpec.partition_to_path`` rebuilds it for every file: ~6 ms for 365 files)."""
+        if self._deleted_data_files:
+            return super()._summary(snapshot_properties)
+        metadata = self._transaction.table_metadata
+        schema = metadata.schema()
+        limit = int(metadata.properties.get(TableProperties.WRITE_PARTITION_SUMMARY_LIMIT,
+                                            TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT))
+        collector = SnapshotSummaryCollector(partition_summary_limit=limit)
+        spec = _BoundSpec(metadata.spec(), schema)
+        for data_file in self._added_data_files:
+            collector.add_file(data_file=data_file, partition_spec=spec, schema=schema)  # type: ignore[arg-type]
+        previous = metadata.snapshot_by_id(self._parent_snapshot_id) if self._parent_snapshot_id is not None else None
+        return update_snapshot_summaries(summary=Summary(operation=self._operation, **collector.build(),
+                                                         **snapshot_properties),
+                                         previous_summary=previous.summary if previous is not None else None)
+
+
+class _BoundSpec:
+    """A partition spec's ``partition_to_path`` with its partition type bound to one schema."""
+
+    partition_to_path = PartitionSpec.partition_to_path
+
+    def __init__(self, spec: PartitionSpec, schema) -> None:
+        self.fields = spec.fields
+        self._type = spec.partition_type(schema)
+
+    def partition_type(self, schema) -> Any:
+        return self._type
+
+
+def fast_append(tx: Transaction, data_files: list[DataFile], snapshot_properties: dict[str, str]) -> None:
+    """Stage in ``tx`` one append snapshot of ``data_files``: a new manifest of just these (one
+    Avro block, ``_OneBlockFastAppend``), every existing manifest kept as is."""
+    with _OneBlockFastAppend(operation=Operation.APPEND, transaction=tx, io=tx._table.io,  # noqa: SLF001
+                             branch=MAIN_BRANCH, snapshot_properties=snapshot_properties) as append:
+        for data_file in data_files:
+            append.append_data_file(data_file)
 
 
 def add_in_one_block(writer: ManifestWriter, entries: list[ManifestEntry]) -> None:
