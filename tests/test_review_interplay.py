@@ -36,3 +36,47 @@ def test_the_swap_to_default_keeps_the_data_version_of_the_swapped_in_tables(ws_
     after = plan()
     assert after["change"] == "untouched"
     assert after == swapped  # the same data version before and after the next batch
+
+
+def test_a_corrupted_table_of_the_new_version_is_refused_with_advice_that_works(ws_path: Path, cli):
+    """A data file of the new version's ``customers_all__v2`` changed in place is refused at the
+    next dual-write batch (version 2 checksums, exit 3) with nothing moved. The refusal told the
+    user to run ``lakepub verify customers_all__v2`` / ``lakepub rebuild customers_all__v2``:
+    unknown datasets (those commands name configured datasets only). Its advice is now to drop
+    the new version's tables, which the next run builds again from the landing; that works."""
+    import pyarrow.parquet as pq
+    from pyiceberg.transforms import BucketTransform
+    from pyiceberg.types import StringType
+
+    from lakepub.workspace import Workspace
+    from tests.test_any_dataset import STREAM_1, _event
+    from tests.test_dual_write import TABLES, _oracle, _pointers, _scan
+    from tests.test_review_checksum_v2 import _corrupt_in_place
+
+    landing = _dual_write(ws_path, cli)
+    assert cli("run", "customers_all").code == 0
+    _land(landing, "0002.jsonl", STREAM_2)
+    assert cli("run", "customers_all").code == 0
+    table = Workspace.open(ws_path).catalog.load_table(("lakepub", "customers_all__v2"))
+    for task in table.scan().plan_files():
+        path = task.file.file_path.removeprefix("file://")
+        rows = pq.read_table(path).column("customer_id").to_pylist()
+        if "c4" in rows:
+            _corrupt_in_place(path, rows.index("c4"), "plan", "corrupted")
+            break
+    bucket = BucketTransform(8).transform(StringType())
+    same = next(f"x{i}" for i in range(1000) if bucket(f"x{i}") == bucket("c4"))  # the batch rewrites c4's partition
+    events = STREAM_1 + STREAM_2 + [_event(same, 1, "DE", "basic", 2)]
+    _land(landing, "0003.jsonl", events[-1:])
+    before = _pointers(ws_path, *TABLES)
+    r = cli("run", "customers_all")
+    assert r.code == 3 and "recorded checksum" in r.err, (r.code, r.err)
+    assert _pointers(ws_path, *TABLES) == before
+    assert "lakepub verify customers_all__v2" not in r.err and "lakepub rebuild customers_all__v2" not in r.err, r.err
+    assert "drop" in r.err and "customers__v2__ledger" in r.err, r.err
+    catalog = Workspace.open(ws_path).catalog  # the advice
+    for name in ("customers_all__v2", "customers__v2__ledger"):
+        catalog.drop_table(("lakepub", name))
+    r = cli("run", "customers_all")
+    assert r.code == 0, r.err
+    assert _scan(ws_path, "customers_all__v2")[0] == _scan(ws_path, "customers_all")[0] == _oracle(events)

@@ -181,9 +181,22 @@ class DatasetWriter:
                 raise ForeignChange(
                     f"dataset '{self.spec.name}': partition {label(v)} of the published table does not match its "
                     f"recorded checksum ({actual[:15]} != {recorded[label(v)][:15]}) although no other tool "
-                    f"committed to it: its files were changed in place; nothing was published: run "
-                    f"'lakepub verify {self.spec.name}', restore the files or roll the table back to a snapshot "
-                    f"that verifies (or 'lakepub rebuild {self.spec.name}'), then publish again")
+                    f"committed to it: its files were changed in place; nothing was published: {self._repair()}")
+
+    def _repair(self) -> str:
+        """What to do about a table whose files were changed in place: verify and rebuild name
+        configured datasets, not a DUAL_WRITE version's ``<dataset>__v<M>`` table (``publish/dual.py``),
+        which the next run builds again from the landing once its tables are dropped."""
+        from lakepub.publish.dual import DUAL_WRITE, suffix
+
+        tail = suffix(self.spec.contract)
+        if (self.spec.contract.terms.status or "") == DUAL_WRITE and self.spec.name.endswith(tail):
+            return (f"it is a table of the {self.spec.contract.schema_ref} version built beside "
+                    f"'{self.spec.name[:-len(tail)]}': restore the files or roll it back to a snapshot that "
+                    f"verifies, or drop every '{tail}' table of entity '{self.spec.entity}' ({self.spec.name}, "
+                    f"{self.spec.entity}{tail}__ledger, ...) and 'lakepub run' builds them again from the landing")
+        return (f"run 'lakepub verify {self.spec.name}', restore the files or roll the table back to a snapshot "
+                f"that verifies (or 'lakepub rebuild {self.spec.name}'), then publish again")
 
     def rebuild(self, table: Table, states: pa.Table) -> Rewrite:
         """The whole table from the live states of every entity: every current partition replaced."""
