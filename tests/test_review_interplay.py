@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.test_any_dataset import STREAM_2, _land
 from tests.test_dual_write import REF, _dual_write
 
@@ -80,3 +82,32 @@ def test_a_corrupted_table_of_the_new_version_is_refused_with_advice_that_works(
     r = cli("run", "customers_all")
     assert r.code == 0, r.err
     assert _scan(ws_path, "customers_all__v2")[0] == _scan(ws_path, "customers_all")[0] == _oracle(events)
+
+
+@pytest.mark.parametrize("mode", [None, "merge-on-read"])
+def test_the_text_null_as_an_identity_partition_value_is_refused(tmp_path: Path, mode):
+    """An identity partition of a string column holding the text ``null`` has the label of the
+    null partition (Iceberg's human string of both is ``null``): their checksums were recorded
+    under one label, so ``verify`` failed on correct data, or passed while checking only one of
+    the two partitions (the other's rows unverified: exit 0 whatever they hold), and the version 2
+    sums of the next publish were checked against the other partition's. Such a value is now
+    refused (exit 3) before anything is written."""
+    from lakepub.errors import BlockedError
+    from lakepub.workspace import Workspace
+    from tests.test_merge_on_read import _dataset, _workspace
+
+    root = tmp_path / "ws"
+    ws = _workspace(root, _dataset("t", mode, "identity(country)"))
+
+    def event(c: int, country):
+        return {"tenant": "a", "customer_id": c, "version": 1, "country": country, "plan": "pro", "mrr_cents": c,
+                "deleted": False}
+
+    ws.publish("t", [event(1, None), event(2, "FR")], start={}, end={"p0": 2})
+    table = ws.catalog.load_table((ws.config.namespace, "t"))
+    head = table.metadata.current_snapshot_id
+    with pytest.raises(BlockedError, match="'null'") as refused:
+        Workspace.open(root).publish("t", [event(3, "null")], start={"p0": 2}, end={"p0": 3})
+    assert refused.value.exit_code == 3
+    assert ws.catalog.load_table((ws.config.namespace, "t")).metadata.current_snapshot_id == head
+    assert Workspace.open(root).verify("t", deep=True).ok

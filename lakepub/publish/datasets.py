@@ -120,6 +120,7 @@ class DatasetWriter:
         if not changes.num_rows:
             return Rewrite(frozenset(), {}, {}, [])
         values = frozenset(partition.values(changes).to_pylist()) if partition.kind != "none" else frozenset([None])
+        _refuse_null_text(self.spec, values)
         state = self.state(table)
         delta = None
         if self.merge_on_read and state.located is not None:
@@ -202,6 +203,7 @@ class DatasetWriter:
         """The whole table from the live states of every entity: every current partition replaced."""
         partition = self.spec.partition
         by_value = split(self.spec.kind.build(states), partition)
+        _refuse_null_text(self.spec, by_value)
         values = frozenset(self.state(table).rows) | frozenset(by_value)
         rows = {v: by_value.get(v, self.schema.empty_table()) for v in values}
         checksums = {partition.label(v): partition_checksum(r)[:RECORDED_CHECKSUM_HEX] for v, r in rows.items()}
@@ -265,3 +267,17 @@ class DatasetWriter:
         self._state = state.replaced(snapshot_id, set(rewrite.values), rewrite.rows, new_files)
         self._state.carry_sums(state, rewrite.values, rewrite.sums)
         return snapshot_id
+
+
+def _refuse_null_text(spec: DatasetSpec, values: Any) -> None:
+    """Refuse (exit 3) the text ``null`` as an identity partition value: Iceberg's human string
+    of it is the null partition's label (``null``), under which checksums are recorded, verified
+    and read by derived datasets and sensors; two partitions would share one label."""
+    if spec.partition.kind == "identity" and "null" in values:
+        from lakepub.errors import BlockedError
+
+        raise BlockedError(
+            f"dataset '{spec.name}': a row has the text 'null' in its partition column ({spec.partition}), which "
+            f"would share the label 'null' of the partition of null values (checksums, verify, derived datasets "
+            f"and sensors name partitions by label); nothing was published: map that value upstream or "
+            f"partition the dataset by another column")
