@@ -111,3 +111,43 @@ def test_the_text_null_as_an_identity_partition_value_is_refused(tmp_path: Path,
     assert refused.value.exit_code == 3
     assert ws.catalog.load_table((ws.config.namespace, "t")).metadata.current_snapshot_id == head
     assert Workspace.open(root).verify("t", deep=True).ok
+
+
+def test_the_refusal_of_a_file_changed_in_place_gives_only_advice_that_repairs(tmp_path: Path):
+    """The refusal of a ``current`` table whose file was changed in place (version 2 checksums)
+    suggested ``lakepub rebuild t``: with the definition unchanged it prints 'nothing to rebuild'
+    (exit 0) and the table stays corrupt. The other advice, rolling the table back to a snapshot
+    that verifies and publishing again, repairs it (the publish builds on the ledger snapshot the
+    kept record names): it is what the refusal says now."""
+    from click.testing import CliRunner
+
+    from lakepub.cli import main
+    from lakepub.errors import ForeignChange
+    from lakepub.workspace import Workspace
+    from tests.test_merge_on_read import Stream, _dataset, _workspace
+    from tests.test_review_checksum_v2 import _corrupt_in_place
+
+    root = tmp_path / "ws"
+    ws = _workspace(root, _dataset("t", None, "none"))
+    stream = Stream(3)
+    first, second = stream.batch(30), stream.batch(20)
+    ws.publish("t", first, start={}, end={"p0": 30})
+    ws.publish("t", second, start={"p0": 30}, end={"p0": 50})
+    table = ws.catalog.load_table((ws.config.namespace, "t"))
+    path = next(iter(table.scan().plan_files())).file.file_path.removeprefix("file://")
+    _corrupt_in_place(path, 0, "plan", "corrupted")
+    with pytest.raises(ForeignChange) as refused:
+        Workspace.open(root).publish("t", stream.batch(3), start={"p0": 50}, end={"p0": 53})
+    rebuilt = CliRunner().invoke(main, ["-w", str(root), "rebuild", "t"], catch_exceptions=False)
+    if "lakepub rebuild t" in str(refused.value):  # advice given: it must repair the table
+        assert Workspace.open(root).verify("t").ok, (str(refused.value), rebuilt.stdout)
+    assert "roll the table back" in str(refused.value)
+    table = Workspace.open(root).catalog.load_table((ws.config.namespace, "t"))  # the advice that repairs
+    table.manage_snapshots().rollback_to_snapshot([s.snapshot_id for s in table.snapshots()][-2]).commit()
+    Workspace.open(root).publish("t", second, start={"p0": 30}, end={"p0": 50})
+    fresh = Workspace.open(root)
+    assert fresh.verify("t", deep=True).ok
+    stream.live.clear()
+    stream.apply(first + second)
+    rows = fresh.query("SELECT tenant, customer_id, country, plan, mrr_cents FROM t").to_pylist()
+    assert sorted((tuple(r.values()) for r in rows), key=repr) == stream.expected()

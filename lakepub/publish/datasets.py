@@ -196,8 +196,10 @@ class DatasetWriter:
                     f"'{self.spec.name[:-len(tail)]}': restore the files or roll it back to a snapshot that "
                     f"verifies, or drop every '{tail}' table of entity '{self.spec.entity}' ({self.spec.name}, "
                     f"{self.spec.entity}{tail}__ledger, ...) and 'lakepub run' builds them again from the landing")
+        # not 'lakepub rebuild': under an unchanged definition it has nothing to rebuild (a no-op)
         return (f"run 'lakepub verify {self.spec.name}', restore the files or roll the table back to a snapshot "
-                f"that verifies (or 'lakepub rebuild {self.spec.name}'), then publish again")
+                f"that verifies, then publish again (the batches after it are published again from the ledger "
+                f"snapshot its record names)")
 
     def rebuild(self, table: Table, states: pa.Table) -> Rewrite:
         """The whole table from the live states of every entity: every current partition replaced."""
