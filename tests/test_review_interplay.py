@@ -151,3 +151,29 @@ def test_the_refusal_of_a_file_changed_in_place_gives_only_advice_that_repairs(t
     stream.apply(first + second)
     rows = fresh.query("SELECT tenant, customer_id, country, plan, mrr_cents FROM t").to_pylist()
     assert sorted((tuple(r.values()) for r in rows), key=repr) == stream.expected()
+
+
+def test_verify_holds_on_intact_data_while_a_float_to_double_version_waits_for_its_data(ws_path: Path, cli):
+    """A compatible version promoting float to double is applied with its first batch; until then
+    the table holds floats and checksums recorded over them (0.1f renders ``0.1``). ``verify``
+    cast the rows read to the new version's types (0.1f -> ``0.10000000149011612``) and reported a
+    mismatch (exit 1) on intact data; it now renders the values the table holds."""
+    from tests.test_evolution import NUMBERS, _dataset
+
+    (ws_path / "catalog" / "contracts" / "meters@v1.0.yaml").write_text(NUMBERS)
+    table = {"name": "meters_now", "source": "meters", "entity": "meters", "projection": {"kind": "current"},
+             "partition": "identity(site)"}
+    _dataset(ws_path, table, "contracts/meters@v1.0")
+    landing = ws_path / "landing" / "meters" / "p0"
+    landing.mkdir(parents=True)
+    _land(landing, "0001.jsonl", [{"meter_id": "m1", "version": 1, "site": "a", "reading": 0.1, "price": "12.30"}])
+    assert cli("run", "meters_now").code == 0
+    (ws_path / "catalog" / "contracts" / "meters@v1.1.yaml").write_text(
+        NUMBERS.replace('version: "1.0"', 'version: "1.1"').replace("type: float", "type: double"))
+    _dataset(ws_path, table, "contracts/meters@v1.1")
+    for deep in ((), ("--deep",)):
+        r = cli("verify", "meters_now", *deep)
+        assert r.code == 0, (r.out, r.err)
+    _land(landing, "0002.jsonl", [{"meter_id": "m2", "version": 1, "site": "b", "reading": 0.1, "price": "1.00"}])
+    assert cli("run", "meters_now").code == 0  # evolves: every partition rewritten as doubles
+    assert cli("verify", "meters_now", "--deep").code == 0
