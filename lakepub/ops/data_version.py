@@ -33,10 +33,25 @@ def compute(definition: Mapping[str, Any], contract_sha256: str | None) -> str:
 
 
 def of_spec(spec) -> str:
-    """The data version a base dataset's definition (its YAML and contract) gives its rows."""
+    """The data version a base dataset's definition (its YAML and contract) gives its rows. A
+    contract in DUAL_WRITE (the new version's tables, ``publish/dual.py``) counts as the DEFAULT
+    the swap rewrites its status to: its tables become the published ones with the data version
+    the file then gives them (the status is part of the contract's canonical form)."""
     from lakepub.store.published import definition_of
 
-    return compute(definition_of(spec), spec.contract.sha256)
+    return compute(definition_of(spec), _as_promoted(spec.contract))
+
+
+def _as_promoted(contract) -> str:
+    """The contract's sha256, as if a DUAL_WRITE status were DEFAULT (``contract/dual_write.py``)."""
+    from lakepub.contract.canonical import canonical_json
+
+    if not contract.canonical:
+        return contract.sha256
+    doc = json.loads(contract.canonical)
+    if doc.get("status") != "DUAL_WRITE":
+        return contract.sha256
+    return hashlib.sha256(canonical_json({**doc, "status": "DEFAULT"}).encode("utf-8")).hexdigest()
 
 
 def of_dataset(table, spec, record) -> str | None:

@@ -120,6 +120,7 @@ class DatasetWriter:
         if not changes.num_rows:
             return Rewrite(frozenset(), {}, {}, [])
         values = frozenset(partition.values(changes).to_pylist()) if partition.kind != "none" else frozenset([None])
+        _refuse_null_text(self.spec, values)
         state = self.state(table)
         delta = None
         if self.merge_on_read and state.located is not None:
@@ -181,14 +182,30 @@ class DatasetWriter:
                 raise ForeignChange(
                     f"dataset '{self.spec.name}': partition {label(v)} of the published table does not match its "
                     f"recorded checksum ({actual[:15]} != {recorded[label(v)][:15]}) although no other tool "
-                    f"committed to it: its files were changed in place; nothing was published: run "
-                    f"'lakepub verify {self.spec.name}', restore the files or roll the table back to a snapshot "
-                    f"that verifies (or 'lakepub rebuild {self.spec.name}'), then publish again")
+                    f"committed to it: its files were changed in place; nothing was published: {self._repair()}")
+
+    def _repair(self) -> str:
+        """What to do about a table whose files were changed in place: verify and rebuild name
+        configured datasets, not a DUAL_WRITE version's ``<dataset>__v<M>`` table (``publish/dual.py``),
+        which the next run builds again from the landing once its tables are dropped."""
+        from lakepub.publish.dual import DUAL_WRITE, suffix
+
+        tail = suffix(self.spec.contract)
+        if (self.spec.contract.terms.status or "") == DUAL_WRITE and self.spec.name.endswith(tail):
+            return (f"it is a table of the {self.spec.contract.schema_ref} version built beside "
+                    f"'{self.spec.name[:-len(tail)]}': restore the files or roll it back to a snapshot that "
+                    f"verifies, or drop every '{tail}' table of entity '{self.spec.entity}' ({self.spec.name}, "
+                    f"{self.spec.entity}{tail}__ledger, ...) and 'lakepub run' builds them again from the landing")
+        # not 'lakepub rebuild': under an unchanged definition it has nothing to rebuild (a no-op)
+        return (f"run 'lakepub verify {self.spec.name}', restore the files or roll the table back to a snapshot "
+                f"that verifies, then publish again (the batches after it are published again from the ledger "
+                f"snapshot its record names)")
 
     def rebuild(self, table: Table, states: pa.Table) -> Rewrite:
         """The whole table from the live states of every entity: every current partition replaced."""
         partition = self.spec.partition
         by_value = split(self.spec.kind.build(states), partition)
+        _refuse_null_text(self.spec, by_value)
         values = frozenset(self.state(table).rows) | frozenset(by_value)
         rows = {v: by_value.get(v, self.schema.empty_table()) for v in values}
         checksums = {partition.label(v): partition_checksum(r)[:RECORDED_CHECKSUM_HEX] for v, r in rows.items()}
@@ -252,3 +269,17 @@ class DatasetWriter:
         self._state = state.replaced(snapshot_id, set(rewrite.values), rewrite.rows, new_files)
         self._state.carry_sums(state, rewrite.values, rewrite.sums)
         return snapshot_id
+
+
+def _refuse_null_text(spec: DatasetSpec, values: Any) -> None:
+    """Refuse (exit 3) the text ``null`` as an identity partition value: Iceberg's human string
+    of it is the null partition's label (``null``), under which checksums are recorded, verified
+    and read by derived datasets and sensors; two partitions would share one label."""
+    if spec.partition.kind == "identity" and "null" in values:
+        from lakepub.errors import BlockedError
+
+        raise BlockedError(
+            f"dataset '{spec.name}': a row has the text 'null' in its partition column ({spec.partition}), which "
+            f"would share the label 'null' of the partition of null values (checksums, verify, derived datasets "
+            f"and sensors name partitions by label); nothing was published: map that value upstream or "
+            f"partition the dataset by another column")
