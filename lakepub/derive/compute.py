@@ -145,16 +145,7 @@ def commit_window(ctx: Context, prepared: Prepared, reuse: bool = False) -> Wind
     spec = ctx.graph.derived[name]
     version = ctx.versions[name]
     target = into or name
-    if reuse and p.table is not None:
-        table = p.table
-    else:
-        ctx.forget(target)
-        if into is not None:
-            _check_rebuild_open(ctx, name, into, version.data_version)
-        table = ctx.table(target)
-    if table is None:
-        raise WindowRefused(f"{target} was dropped while a window of {name} was computed; nothing was written: "
-                            "run 'lakepub reconcile' again")
+    table = p.table if reuse and p.table is not None else _reload(ctx, name, into, version.data_version)
     for attempt in range(1, MAX_ATTEMPTS + 1):
         mismatch = schema_mismatch(ctx, name, table) or _other_version(table, version.data_version)
         if mismatch:
@@ -166,15 +157,22 @@ def commit_window(ctx: Context, prepared: Prepared, reuse: bool = False) -> Wind
             return WindowResult(name, p.window_id, labels, p.rows, snapshot_id, attempt,
                                 time.perf_counter() - p.started)
         time.sleep(min(1.0, 0.02 * 2 ** attempt))
-        ctx.forget(target)
-        if into is not None:
-            _check_rebuild_open(ctx, name, into, version.data_version)
-        table = ctx.table(target)
-        if table is None:
-            raise WindowRefused(f"{target} was dropped while a window of {name} was computed; nothing was written: "
-                                "run 'lakepub reconcile' again")
+        table = _reload(ctx, name, into, version.data_version)
     raise CommitContention(f"gave up committing window {p.window_id or labels[0]} of {name} after {MAX_ATTEMPTS} "
                            "attempts: other writers kept moving the table; retry")
+
+
+def _reload(ctx: Context, name: str, into: str | None, data_version: str):
+    """The window's target table loaded afresh (a rebuild's still checked open); refused if dropped."""
+    target = into or name
+    ctx.forget(target)
+    if into is not None:
+        _check_rebuild_open(ctx, name, into, data_version)
+    table = ctx.table(target)
+    if table is None:
+        raise WindowRefused(f"{target} was dropped while a window of {name} was computed; nothing was written: "
+                            "run 'lakepub reconcile' again")
+    return table
 
 
 def _check_rebuild_open(ctx: Context, name: str, into: str, data_version: str) -> None:
