@@ -63,7 +63,6 @@ import os
 import re
 import threading
 import uuid
-from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
@@ -75,6 +74,7 @@ from pyiceberg.typedef import EMPTY_DICT
 
 from lakepub.errors import RetryableError
 from lakepub.store.cache import CACHE_FOLDER, CACHE_LIMIT_MB, DEFAULT_LIMIT_MB, PART_PREFIX, FileCache, parquet_file
+from lakepub.store.remembered import Remembered
 
 IO_IMPL = "lakepub.store.s3.LakepubFileIO"
 # Set (by ``configure``) only for catalogs that write the metadata file themselves: their commit
@@ -118,41 +118,7 @@ def immutable(location: str) -> bool:
     return location.endswith((".metadata.json", ".avro"))
 
 
-class _Remembered:
-    """Bytes of immutable files by location, least recently used dropped beyond ``limit`` bytes."""
-
-    def __init__(self, limit: int = 64 << 20):
-        self.limit, self.size = limit, 0
-        self._files: OrderedDict[str, bytes] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, location: str) -> bytes | None:
-        with self._lock:
-            data = self._files.get(location)
-            if data is not None:
-                self._files.move_to_end(location)
-            return data
-
-    def put(self, location: str, data: bytes) -> bool:
-        """Remember ``data`` (False: too large to be remembered)."""
-        if len(data) > self.limit // 4:
-            return False
-        with self._lock:
-            old = self._files.pop(location, None)
-            self.size += len(data) - (len(old) if old is not None else 0)
-            self._files[location] = data
-            while self.size > self.limit:
-                _, dropped = self._files.popitem(last=False)
-                self.size -= len(dropped)
-        return True
-
-    def clear(self) -> None:
-        with self._lock:
-            self._files.clear()
-            self.size = 0
-
-
-REMEMBERED = _Remembered()
+REMEMBERED = Remembered()
 
 
 # Manifests and manifest lists finish uploading in the background (see the module docstring):
