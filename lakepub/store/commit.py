@@ -227,6 +227,14 @@ def delete_merged_away_manifests(change: TableChange) -> None:
                     pass  # an orphan for the janitor, nothing worse
 
 
+def _row_at(sql: SqlCatalog, ident: tuple[str, ...], location: str) -> tuple:
+    """The WHERE of a compare-and-set on the SQL catalog's row of ``ident`` at ``location``."""
+    return (IcebergTables.catalog_name == sql.name,
+            IcebergTables.table_namespace == Catalog.namespace_to_string(Catalog.namespace_from(ident)),
+            IcebergTables.table_name == Catalog.table_name_from(ident),
+            IcebergTables.metadata_location == location)
+
+
 def _swap_pointers(catalog: SqlCatalog, staged: list[tuple[tuple[str, ...], str, str]]) -> None:
     """The pointer swap: every UPDATE, then one COMMIT. Until the COMMIT is sent nothing can have
     landed (a failure rolls back: a conflict to retry, or a full disk); a failure of the COMMIT
@@ -235,17 +243,8 @@ def _swap_pointers(catalog: SqlCatalog, staged: list[tuple[tuple[str, ...], str,
     try:
         try:
             for ident, old, new in staged:
-                namespace = Catalog.namespace_to_string(Catalog.namespace_from(ident))
-                stmt = (
-                    update(IcebergTables)
-                    .where(
-                        IcebergTables.catalog_name == catalog.name,
-                        IcebergTables.table_namespace == namespace,
-                        IcebergTables.table_name == Catalog.table_name_from(ident),
-                        IcebergTables.metadata_location == old,
-                    )
-                    .values(metadata_location=new, previous_metadata_location=old)
-                )
+                stmt = (update(IcebergTables).where(*_row_at(catalog, ident, old))
+                        .values(metadata_location=new, previous_metadata_location=old))
                 if session.execute(stmt).rowcount < 1:
                     session.rollback()
                     raise CommitConflict(f"table {'.'.join(ident)} was updated by another writer")
@@ -299,26 +298,14 @@ def swap_table(catalog: Catalog, published: tuple[str, ...], expected: str, rebu
     session = Session(sql.engine)
     try:
         try:
-            namespace = Catalog.namespace_to_string(Catalog.namespace_from(published))
             moved = session.execute(
-                update(IcebergTables)
-                .where(IcebergTables.catalog_name == sql.name, IcebergTables.table_namespace == namespace,
-                       IcebergTables.table_name == Catalog.table_name_from(published),
-                       IcebergTables.metadata_location == expected)
+                update(IcebergTables).where(*_row_at(sql, published, expected))
                 .values(metadata_location=rebuilt_location, previous_metadata_location=expected)).rowcount
             dropped = session.execute(
-                delete(IcebergTables)
-                .where(IcebergTables.catalog_name == sql.name,
-                       IcebergTables.table_namespace == Catalog.namespace_to_string(Catalog.namespace_from(rebuilt)),
-                       IcebergTables.table_name == Catalog.table_name_from(rebuilt),
-                       IcebergTables.metadata_location == rebuilt_location)).rowcount
+                delete(IcebergTables).where(*_row_at(sql, rebuilt, rebuilt_location))).rowcount
             for ident, location in unchanged:  # compare-and-set to itself: fails if it moved
                 moved = min(moved, session.execute(
-                    update(IcebergTables)
-                    .where(IcebergTables.catalog_name == sql.name,
-                           IcebergTables.table_namespace == Catalog.namespace_to_string(Catalog.namespace_from(ident)),
-                           IcebergTables.table_name == Catalog.table_name_from(ident),
-                           IcebergTables.metadata_location == location)
+                    update(IcebergTables).where(*_row_at(sql, ident, location))
                     .values(metadata_location=location)).rowcount)
             if moved < 1 or dropped < 1:
                 session.rollback()
@@ -350,24 +337,18 @@ def exchange_tables(catalog: Catalog,
     sql = require_atomic_commit(catalog)
     session = Session(sql.engine)
 
-    def where(ident: tuple[str, ...], location: str):
-        return (IcebergTables.catalog_name == sql.name,
-                IcebergTables.table_namespace == Catalog.namespace_to_string(Catalog.namespace_from(ident)),
-                IcebergTables.table_name == Catalog.table_name_from(ident),
-                IcebergTables.metadata_location == location)
-
     try:
         try:
             for published, old, new, new_location, kept in pairs:
                 if old is None:  # no published table: ``new`` only takes its name
-                    if session.execute(update(IcebergTables).where(*where(new, new_location)).values(
+                    if session.execute(update(IcebergTables).where(*_row_at(sql, new, new_location)).values(
                             table_name=Catalog.table_name_from(published))).rowcount < 1:
                         session.rollback()
                         raise CommitConflict(f"table {'.'.join(new)} was updated by another writer")
                     continue
-                renamed = session.execute(update(IcebergTables).where(*where(new, new_location)).values(
+                renamed = session.execute(update(IcebergTables).where(*_row_at(sql, new, new_location)).values(
                     table_name=Catalog.table_name_from(kept), metadata_location=old, previous_metadata_location=new_location)).rowcount
-                moved = session.execute(update(IcebergTables).where(*where(published, old)).values(
+                moved = session.execute(update(IcebergTables).where(*_row_at(sql, published, old)).values(
                     metadata_location=new_location, previous_metadata_location=old)).rowcount
                 if renamed < 1 or moved < 1:
                     session.rollback()
