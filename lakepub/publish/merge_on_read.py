@@ -14,29 +14,31 @@ that already holds ``MAX_DELETE_FILES`` delete files is instead rewritten whole 
 publish that changes it (``bounded``), so a scan never applies more than that many per partition
 (DuckDB's scan time grows about linearly with them; ``lakepub compact`` folds them earlier).
 
-Where each live row sits is kept in the publisher's ``PublishedState.located`` (per partition: the
-key columns, ``LOC_FILE`` and ``LOC_POS``), updated by every commit of this publisher and read
-afresh (``load_located``) when the table moved under it (another publisher, a compaction): the
-data files are read without their deletes, and the positions their delete files name are
-dropped, so positions are the files' own. Keys are unique among live rows, so the rows a batch
-replaces are an inner join of its changed keys with the located rows of the affected partitions.
+Where each live row sits is kept in the publisher's ``PublishedState.located``: per partition a
+``publish/mor_index.Part`` (its data files' rows appended file after file, a live flag per row,
+size-tiered runs of key hashes), updated by every commit of this publisher and read afresh
+(``load_located``) when the table moved under it (another publisher, a compaction): the data
+files are read without their deletes and the positions their delete files name are flagged
+dead, so positions are the files' own. Keys are unique among live rows, so the rows a batch
+replaces are found by binary searches of its changed keys' hashes, then compared key by key
+(``Part.find``); ``PublishedState.rows`` is then a ``LiveRows`` view materialising a partition's
+live rows only when something reads them whole.
 
 The invariant, checked by ``tests/test_merge_on_read.py`` against the oracle and through DuckDB,
-pyiceberg and iceberg-rust: the table read with its deletes applied is exactly the copy-on-write
-table (``Kind.apply`` of the same changes); every row a delete names is a live row of a data file
-older than the delete. Checksums stay per partition over the merged rows (``merged``: the rows
-``Kind.apply`` gives, without its join and sort); they are the version 2 checksums
-(``projection/checksum.py``), updated by ``publish/datasets.py`` from the rows the delta removes
-(the located rows ``Delta.keep`` drops) and adds, so their cost follows the batch. Cost: what a
-publish writes and hashes is proportional to the batch; what it computes in memory still grows
-with the affected partitions (``delta`` probes every located row of them, ``merged`` and
-``after_commit`` filter their rows). Profiled for a 100k-event publish (updates spread over all
-16 buckets; cProfile, 2-core machine at load ~20): into 3M live rows, checksum updates 0.3-0.45 s,
-``delta`` 0.14-0.26 s, ``merged`` 0.14-0.27 s, the publish 0.9-2.1 s; into 10M, checksum updates
-0.54 s, ``merged`` 0.80 s, ``delta`` 0.34 s, ``after_commit`` 0.28 s, the publish 3.0 s: the
-filters over every row of the touched partitions are what keeps 10M at several times 1M (README).
-Memory: per live row its key columns, a dictionary-encoded file index and a position, beside its
-published row.
+pyiceberg and iceberg-rust, and by ``tests/test_mor_index.py`` against a fresh read of the table:
+the table read with its deletes applied is exactly the copy-on-write table (``Kind.apply`` of the
+same changes); every row a delete names is a live row of a data file older than the delete.
+Checksums stay per partition over the merged rows (``merged``: the rows ``Kind.apply`` gives, as
+a lazy mapping); they are the version 2 checksums (``projection/checksum.py``), updated by
+``publish/datasets.py`` from the rows the delta removes (``removed_rows``: a take of those rows)
+and adds. Cost: what a publish writes, hashes and computes in memory follows the batch, apart
+from numpy copies of the touched partitions' live flags (a byte per row). Measured for 100k-event
+publishes spread over all 16 buckets, 1M vs 10M live rows in one process, interleaved
+(``scripts/bench/merge_on_read.py --scale``; 2-core VM at load 10-18): median CPU 0.67 s vs
+0.78 s (1.16x; before the index 0.63 s vs 1.58 s, 2.50x: ``delta``'s join, the ``merged`` and
+``after_commit`` filters over every row of the touched partitions). Memory: per row of the
+partitions' data files its published row (a replaced row until its partition is rewritten whole or
+folded), a live flag, 16 bytes per index entry; a ``LiveRows`` partition once materialised.
 """
 
 from __future__ import annotations
