@@ -34,9 +34,10 @@ a lazy mapping); they are the version 2 checksums (``projection/checksum.py``), 
 and adds. Cost: what a publish writes, hashes and computes in memory follows the batch, apart
 from numpy copies of the touched partitions' live flags (a byte per row). Measured for 100k-event
 publishes spread over all 16 buckets, 1M vs 10M live rows in one process, interleaved
-(``scripts/bench/merge_on_read.py --scale``; 2-core VM at load 10-18): median CPU 0.67 s vs
-0.78 s (1.16x; before the index 0.63 s vs 1.58 s, 2.50x: ``delta``'s join, the ``merged`` and
-``after_commit`` filters over every row of the touched partitions). Memory: per row of the
+(``scripts/bench/merge_on_read.py --scale``; 2-core VM at load 10-14): median CPU 0.63 s vs
+0.72 s (1.13x; before the index, the same interleaving at load 10-18, 0.63 s vs 1.57 s, 2.50x:
+``delta``'s join, the ``merged`` and ``after_commit`` filters over every row of the touched
+partitions). Memory: per row of the
 partitions' data files its published row (a replaced row until its partition is rewritten whole or
 folded), a live flag, 16 bytes per index entry; a ``LiveRows`` partition once materialised.
 """
