@@ -404,7 +404,8 @@ def wide(args) -> None:
                              query=scan)
         for key, label, (wall, cpu) in (("wide_plain", "plain Parquet (snappy)", before["plain"]),
                                         ("wide_deletes", f"iceberg_scan, {n_deletes} delete files", before["deletes"]),
-                                        ("wide_folded", "iceberg_scan after the fold", after["folded"])):
+                                        ("wide_folded", "iceberg_scan after the fold", after["folded"]),
+                                        ("wide_plain_again", "plain Parquet, paired with the fold's scan", after["plain"])):
             r.figure(f"{key}_ms", wall * 1000, label, "ms", f"CPU {cpu * 1000:.0f} ms")
         for unit, j in (("CPU", 1), ("wall", 0)):
             r.target(f"200 columns: iceberg_scan with deletes / plain ({unit})",
