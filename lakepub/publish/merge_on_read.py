@@ -14,35 +14,38 @@ that already holds ``MAX_DELETE_FILES`` delete files is instead rewritten whole 
 publish that changes it (``bounded``), so a scan never applies more than that many per partition
 (DuckDB's scan time grows about linearly with them; ``lakepub compact`` folds them earlier).
 
-Where each live row sits is kept in the publisher's ``PublishedState.located`` (per partition: the
-key columns, ``LOC_FILE`` and ``LOC_POS``), updated by every commit of this publisher and read
-afresh (``load_located``) when the table moved under it (another publisher, a compaction): the
-data files are read without their deletes, and the positions their delete files name are
-dropped, so positions are the files' own. Keys are unique among live rows, so the rows a batch
-replaces are an inner join of its changed keys with the located rows of the affected partitions.
+Where each live row sits is kept in the publisher's ``PublishedState.located``: per partition a
+``publish/mor_index.Part`` (its data files' rows appended file after file, a live flag per row,
+size-tiered runs of key hashes), updated by every commit of this publisher and read afresh
+(``load_located``) when the table moved under it (another publisher, a compaction): the data
+files are read without their deletes and the positions their delete files name are flagged
+dead, so positions are the files' own. Keys are unique among live rows, so the rows a batch
+replaces are found by binary searches of its changed keys' hashes, then compared key by key
+(``Part.find``); ``PublishedState.rows`` is then a ``LiveRows`` view materialising a partition's
+live rows only when something reads them whole.
 
 The invariant, checked by ``tests/test_merge_on_read.py`` against the oracle and through DuckDB,
-pyiceberg and iceberg-rust: the table read with its deletes applied is exactly the copy-on-write
-table (``Kind.apply`` of the same changes); every row a delete names is a live row of a data file
-older than the delete. Checksums stay per partition over the merged rows (``merged``: the rows
-``Kind.apply`` gives, without its join and sort); they are the version 2 checksums
-(``projection/checksum.py``), updated by ``publish/datasets.py`` from the rows the delta removes
-(the located rows ``Delta.keep`` drops) and adds, so their cost follows the batch. Cost: what a
-publish writes and hashes is proportional to the batch; what it computes in memory still grows
-with the affected partitions (``delta`` probes every located row of them, ``merged`` and
-``after_commit`` filter their rows). Profiled for a 100k-event publish (updates spread over all
-16 buckets; cProfile, 2-core machine at load ~20): into 3M live rows, checksum updates 0.3-0.45 s,
-``delta`` 0.14-0.26 s, ``merged`` 0.14-0.27 s, the publish 0.9-2.1 s; into 10M, checksum updates
-0.54 s, ``merged`` 0.80 s, ``delta`` 0.34 s, ``after_commit`` 0.28 s, the publish 3.0 s: the
-filters over every row of the touched partitions are what keeps 10M at several times 1M (README).
-Memory: per live row its key columns, a dictionary-encoded file index and a position, beside its
-published row.
+pyiceberg and iceberg-rust, and by ``tests/test_mor_index.py`` against a fresh read of the table:
+the table read with its deletes applied is exactly the copy-on-write table (``Kind.apply`` of the
+same changes); every row a delete names is a live row of a data file older than the delete.
+Checksums stay per partition over the merged rows (``merged``: the rows ``Kind.apply`` gives, as
+a lazy mapping); they are the version 2 checksums (``projection/checksum.py``), updated by
+``publish/datasets.py`` from the rows the delta removes (``removed_rows``: a take of those rows)
+and adds. Cost: what a publish writes, hashes and computes in memory follows the batch, apart
+from numpy copies of the touched partitions' live flags (a byte per row). Measured for 100k-event
+publishes spread over all 16 buckets, 1M vs 10M live rows in one process, interleaved
+(``scripts/bench/merge_on_read.py --scale``; 2-core VM at load 10-14): median CPU 0.63 s vs
+0.72 s (1.13x; before the index, the same interleaving at load 10-18, 0.63 s vs 1.57 s, 2.50x:
+``delta``'s join, the ``merged`` and ``after_commit`` filters over every row of the touched
+partitions). Memory: per row of the
+partitions' data files its published row (a replaced row until its partition is rewritten whole or
+folded), a live flag, 16 bytes per index entry; a ``LiveRows`` partition once materialised.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -53,16 +56,14 @@ from pyiceberg.table import FileScanTask, Table
 
 from lakepub.projection.current import CHANGE_SIGN
 from lakepub.projection.partitioning import PartitionBy
+from lakepub.publish.mor_index import LiveRows, Merged, Part
 from lakepub.publish.published_state import PublishedState, conform, split, value_of
 from lakepub.store.deletes import deleted_positions
 
 WRITE_MODES = ("copy-on-write", "merge-on-read")
-LOC_FILE, LOC_POS = "_lakepub_file", "_lakepub_pos"
-_ROW = "_lakepub_row"
 # A partition holding this many delete files is rewritten whole by the next publish that changes
 # it (README "Merge-on-read": DuckDB's scan time grows with the live delete files).
 MAX_DELETE_FILES = 8
-_MAX_CHUNKS = 16  # a partition's kept rows are copied into one chunk once they span more chunks
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class Delta:
 
     added: dict[Any, pa.Table]  # partition value -> the new rows (sorted by key): one data file each
     deleted: dict[Any, pa.Table]  # partition value -> (file_path, pos) of the replaced rows
-    keep: dict[Any, np.ndarray]  # partition value -> which of its located rows stay live
+    removed: dict[Any, np.ndarray]  # partition value -> the replaced rows' ids in its ``Part`` (sorted)
     whole: frozenset[Any] = frozenset()  # partitions rewritten whole instead (``bounded``)
 
 
@@ -81,7 +82,7 @@ def load_located(table: Table, tasks: list[FileScanTask], schema: pa.Schema, par
     scan = table.scan(snapshot_id=table.metadata.current_snapshot_id)
     reader = ArrowScan(table.metadata, table.io, scan.projection(), scan.row_filter)
     cache: dict[str, pa.Table] = {}
-    pieces = []
+    segments: dict[Any, list[tuple[str, pa.Table, np.ndarray]]] = {}
     files: dict[Any, list[DataFile]] = {}
     deletes: dict[Any, dict[str, DataFile]] = {}
     for task in tasks:
@@ -91,18 +92,13 @@ def load_located(table: Table, tasks: list[FileScanTask], schema: pa.Schema, par
             deletes.setdefault(value_of(delete_file), {})[delete_file.file_path] = delete_file
         rows = reader.to_table([FileScanTask(task.file)])  # without its deletes: positions are the file's
         rows = conform(rows, schema)  # before its evolving publish, the table lacks a column the contract adds
-        positions = np.arange(rows.num_rows, dtype=np.int64)
+        live = np.ones(rows.num_rows, dtype=bool)
         gone = deleted_positions(table.io, task.delete_files, task.file.file_path, cache)
-        if len(gone):
-            keep = ~np.isin(positions, gone)
-            rows, positions = rows.filter(pa.array(keep)), positions[keep]
-        pieces.append(_with_location(rows, task.file.file_path, positions))
-    whole = pa.concat_tables(pieces) if pieces else _with_location(schema.empty_table(), "", np.empty(0, np.int64))
-    by_value = split(whole, partition)
-    rows = {v: t.drop_columns([LOC_FILE, LOC_POS]).cast(schema) for v, t in by_value.items()}
-    located = {v: t.select([*key, LOC_FILE, LOC_POS]) for v, t in by_value.items()}
-    return PublishedState(table.metadata.current_snapshot_id, schema, rows, files,
-                          {v: list(d.values()) for v, d in deletes.items()}, located)
+        live[gone[gone < rows.num_rows]] = False
+        segments.setdefault(value, []).append((task.file.file_path, rows, live))
+    parts = {v: Part.read(s, key) for v, s in segments.items()}
+    return PublishedState(table.metadata.current_snapshot_id, schema, LiveRows(parts), files,
+                          {v: list(d.values()) for v, d in deletes.items()}, parts)
 
 
 def delta(state: PublishedState, changes: pa.Table, values: frozenset[Any], key: tuple[str, ...],
@@ -111,31 +107,31 @@ def delta(state: PublishedState, changes: pa.Table, values: frozenset[Any], key:
     of a ``current`` dataset) on the partitions ``values`` they touch.
 
     Only an entity with a ``before`` row (sign -1, carrying its old partition columns) has a live
-    row, in the partition of that row: each partition's located rows are joined with the keys of
-    its own -1 rows only (the build side of the hash join is the batch's slice, not the batch)."""
-    located = state.located or {}
+    row, in the partition of that row: each partition's rows are looked up by the keys of its own
+    -1 rows (``Part.find``: binary searches of their hashes, not a join over the partition)."""
+    parts = state.located or {}
     signs = changes.column(CHANGE_SIGN)
-    removed = split(changes.filter(pc.equal(signs, -1)).select(schema.names).cast(schema), partition)
-    deleted, keep = {}, {}
-    for value, before in removed.items():
-        here = located.get(value)
-        if here is None or not here.num_rows:
+    before_rows = _split_keys(changes.filter(pc.equal(signs, -1)), schema, partition, key)
+    deleted, removed = {}, {}
+    for value, before in before_rows.items():
+        part = parts.get(value)
+        if part is None or not part.count:
             continue
-        indexed = here.select(list(key)).append_column(_ROW, pa.array(np.arange(here.num_rows, dtype=np.int64)))
-        hit = indexed.join(before.select(list(key)), keys=list(key), join_type="inner", use_threads=False)
-        if hit.num_rows:
-            rows = hit.column(_ROW).to_numpy()
-            deleted[value] = pa.table({"file_path": here.column(LOC_FILE).take(rows),
-                                       "pos": here.column(LOC_POS).take(rows)})
-            mask = np.ones(here.num_rows, dtype=bool)
-            mask[rows] = False
-            keep[value] = mask
+        ids = part.find(before)
+        if len(ids):
+            deleted[value] = part.locations(ids)
+            removed[value] = ids
     new = changes.filter(pc.equal(signs, 1)).select(schema.names).cast(schema)
     added = {v: _sorted(t, key) for v, t in split(new, partition).items()}
-    return Delta(added, deleted, keep)
+    return Delta(added, deleted, removed)
 
 
-def bounded(state: PublishedState, change: Delta, rows: dict[Any, pa.Table]) -> Delta:
+def _split_keys(rows: pa.Table, schema: pa.Schema, partition: PartitionBy, key: tuple[str, ...]) -> dict[Any, pa.Table]:
+    """The key columns of ``rows`` by the partition their (published) columns put them in."""
+    return {v: t.select(list(key)) for v, t in split(rows.select(schema.names).cast(schema), partition).items()}
+
+
+def bounded(state: PublishedState, change: Delta, rows: Mapping[Any, pa.Table]) -> Delta:
     """``change`` with every partition that already holds ``MAX_DELETE_FILES`` delete files
     rewritten whole (its merged ``rows`` as one new file; its data and delete files dropped), so
     that reads never apply more than that many delete files per partition between compactions."""
@@ -143,72 +139,57 @@ def bounded(state: PublishedState, change: Delta, rows: dict[Any, pa.Table]) -> 
     if not whole:
         return change
     return Delta({**change.added, **{v: rows[v] for v in whole}},
-                 {v: t for v, t in change.deleted.items() if v not in whole}, change.keep, whole)
+                 {v: t for v, t in change.deleted.items() if v not in whole}, change.removed, whole)
 
 
-def merged(state: PublishedState, change: Delta, values: frozenset[Any]) -> dict[Any, pa.Table]:
+def merged(state: PublishedState, change: Delta, values: frozenset[Any], schema: pa.Schema) -> Merged:
     """The partitions' rows after ``change``: what ``Kind.apply`` gives (the rows of the changed
-    keys replaced by the new rows), computed without a join or a sort. ``state.rows[v]`` is kept
-    in the order of ``state.located[v]`` (``load_located``, ``after_commit``), so the kept rows
-    are the same mask of both, and the result stays aligned with the located rows after commit."""
-    out = {}
-    for value in values:
-        kept = state.rows.get(value, state.schema.empty_table())
-        if value in change.keep:
-            kept = kept.filter(pa.array(change.keep[value]))
-        added = change.added.get(value)
-        if added is not None:
-            kept = pa.concat_tables([kept, added])  # no copy: the chunks are combined only when many
-            kept = kept.combine_chunks() if kept.column(0).num_chunks > _MAX_CHUNKS else kept
-        out[value] = kept
-    return out
+    keys replaced by the new rows), as a mapping that computes a partition's rows only when asked
+    (a publish itself never asks: ``bounded``'s whole rewrites, an evolution, a switch do)."""
+    return Merged(state.located or {}, values, change.removed, change.added, schema)
 
 
-def after_commit(state: PublishedState, snapshot_id: int, values: frozenset[Any], rows: dict[Any, pa.Table],
+def removed_rows(state: PublishedState, change: Delta) -> dict[Any, pa.Table]:
+    """The published rows ``change`` replaces, by partition (a take of those rows only)."""
+    parts = state.located or {}
+    return {v: parts[v].take(ids) for v, ids in change.removed.items() if v in parts}
+
+
+def after_commit(state: PublishedState, snapshot_id: int, values: frozenset[Any], rows: Mapping[Any, pa.Table],
                  key: tuple[str, ...], new_files: list[DataFile], new_deletes: list[DataFile],
                  change: Delta | None, replaced: bool) -> PublishedState:
     """The state after a commit that wrote ``change`` (merge-on-read) or replaced the partitions
     ``values`` whole (``replaced``: a build, or a switch from copy-on-write)."""
     by_file = {value_of(f): f for f in new_files}
-    located = dict(state.located or {})
+    parts = dict(state.located or {})
     files = {v: list(fs) for v, fs in state.files.items()}
     deletes = {v: list(fs) for v, fs in state.deletes.items()}
     for value in values:
         new_file = by_file.get(value)
+        path = new_file.file_path if new_file is not None else None
         if replaced or (change is not None and value in change.whole):
             files.pop(value, None)
             deletes.pop(value, None)
             written = rows.get(value)
-            located[value] = _located(written, key, new_file)
+            part = Part.of(written, path, key) if written is not None and written.num_rows and path else None
         else:
-            here = located.get(value)
-            if here is not None and change is not None and value in change.keep:
-                here = here.filter(pa.array(change.keep[value]))
+            old = parts.get(value)
             added = change.added.get(value) if change is not None else None
-            pieces = [t for t in (here, _located(added, key, new_file)) if t is not None and t.num_rows]
-            located[value] = pa.concat_tables(pieces) if pieces else _located(None, key, None)
+            removed = change.removed.get(value) if change is not None else None
+            if old is not None:
+                part = old.after(removed, added, path)
+            else:
+                part = Part.of(added, path, key) if added is not None and added.num_rows and path else None
+        if part is not None and part.count:
+            parts[value] = part
+        else:
+            parts.pop(value, None)
         if new_file is not None:
             files.setdefault(value, []).append(new_file)
     for delete_file in new_deletes:
         deletes.setdefault(value_of(delete_file), []).append(delete_file)
-    kept_rows = {v: r for v, r in state.rows.items() if v not in values}
-    return PublishedState(snapshot_id, state.schema, {**kept_rows, **{v: r for v, r in rows.items() if r.num_rows}},
-                          {v: fs for v, fs in files.items() if fs}, {v: fs for v, fs in deletes.items() if fs},
-                          {v: t for v, t in located.items() if t is not None and t.num_rows})
-
-
-def _located(rows: pa.Table | None, key: tuple[str, ...], data_file: DataFile | None) -> pa.Table | None:
-    if rows is None or not rows.num_rows or data_file is None:
-        return None
-    return _with_location(rows.select(list(key)), data_file.file_path, np.arange(rows.num_rows, dtype=np.int64))
-
-
-def _with_location(rows: pa.Table, path: str, positions: np.ndarray) -> pa.Table:
-    # dictionary-encoded: 4 bytes per row, not a copy of the path (~150 bytes) per live row
-    files = pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows.num_rows, dtype=np.int32)),
-                                           pa.array([path], pa.string()))
-    rows = rows.cast(pa.schema([pa.field(f.name, f.type) for f in rows.schema]))  # one schema whatever the source
-    return rows.append_column(LOC_FILE, files).append_column(LOC_POS, pa.array(positions, pa.int64()))
+    return PublishedState(snapshot_id, state.schema, LiveRows(parts), {v: fs for v, fs in files.items() if fs},
+                          {v: fs for v, fs in deletes.items() if fs}, parts)
 
 
 def _sorted(rows: pa.Table, key: tuple[str, ...]) -> pa.Table:

@@ -12,7 +12,7 @@ current-state table: a copy-on-write table is read whole once per process).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,12 +27,14 @@ from lakepub.projection.partitioning import PartitionBy
 class PublishedState:
     snapshot_id: int | None  # the published table's snapshot these rows and files are of
     schema: pa.Schema  # the published rows' schema
-    rows: dict[Any, pa.Table]  # Iceberg partition value (None: unpartitioned) -> the partition's rows
+    # Iceberg partition value (None: unpartitioned) -> the partition's rows; merge-on-read: a
+    # ``mor_index.LiveRows`` computing them from ``located`` when asked
+    rows: Mapping[Any, pa.Table]
     files: dict[Any, list[DataFile]]  # Iceberg partition value -> the partition's data files
     # merge-on-read (``publish/merge_on_read.py``): the partition's position delete files, and
-    # where each live row sits (its key columns, data file path and position); None: not tracked
+    # where each live row sits (``mor_index.Part``: its files' rows, live flags, key index); None: not tracked
     deletes: dict[Any, list[DataFile]] = field(default_factory=dict)
-    located: dict[Any, pa.Table] | None = None
+    located: dict[Any, Any] | None = None
     # version 2 checksum sums of partitions' rows (``projection/checksum.py``), a cache filled
     # when first needed (``sum_of``) and carried to the next state for partitions a commit kept
     sums: dict[Any, int] = field(default_factory=dict)
