@@ -35,6 +35,7 @@ from lakepub.positions import Vector
 from lakepub.publish import dual
 from lakepub.publish.publisher import PreparedBatch, Publisher, PublishResult, prepare
 from lakepub.store.catalog import open_catalog
+from lakepub.store.commit import deferred_cleanup
 from lakepub.store.integrity import check_scannable
 from lakepub.store.layout import ledger_id, summary_id
 from lakepub.store.record import latest_record
@@ -213,7 +214,8 @@ class Workspace:
         position = dict(committed)
         # The first batch is read while the publisher opens (or creates) the dataset's tables.
         contract = spec.contract
-        with _ReadAhead(src.batches(committed, max_batch), lambda t: prepare(t, contract)) as batches:
+        # deferred_cleanup: a batch's version hints are written while the next one is prepared.
+        with deferred_cleanup(), _ReadAhead(src.batches(committed, max_batch), lambda t: prepare(t, contract)) as batches:
             publisher = self.publisher(dataset)
             publisher.catch_up()  # a dataset added to an entity with history is built first
             dual.attach(self, publisher, spec, Path(landing) if landing else None, max_batch)  # DUAL_WRITE

@@ -65,7 +65,7 @@ import threading
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import pyarrow as pa
 from pyiceberg.io import PY_IO_IMPL
@@ -123,7 +123,7 @@ REMEMBERED = Remembered()
 
 # Manifests and manifest lists finish uploading in the background (see the module docstring):
 # the uploads under way by location, and every one that failed (for the life of the process).
-_UPLOADS = ThreadPoolExecutor(max_workers=16, thread_name_prefix="lakepub-upload")
+_UPLOADS = ThreadPoolExecutor(max_workers=48, thread_name_prefix="lakepub-upload")
 _PENDING: dict[str, Future] = {}
 _FAILED: list[str] = []
 _PENDING_LOCK = threading.Lock()
@@ -188,8 +188,7 @@ class _Tee:
         data = b"".join(self._parts)
         if self._background and self._location.endswith(".avro") and REMEMBERED.put(self._location, data):
             # served from memory to this process from now on; the upload finishes in the background
-            with _PENDING_LOCK:  # held until registered: the upload's own clean-up takes it
-                _PENDING[self._location] = _UPLOADS.submit(self._upload_in_background, data)
+            background_upload(self._location, lambda: self._upload(data))
             return
         self._upload(data)  # raises if the upload failed: nothing is remembered
         REMEMBERED.put(self._location, data)
@@ -200,18 +199,6 @@ class _Tee:
         self._stream.close()  # uploads
         if self._small_disk is not None:
             self._small_disk.store(self._location, data)
-
-    def _upload_in_background(self, data: bytes) -> None:
-        # The failure is recorded before the future completes: whoever waits on it sees it.
-        try:
-            self._upload(data)
-        except BaseException as exc:
-            with _PENDING_LOCK:
-                _FAILED.append(f"{self._location}: {' '.join(str(exc).split())}")
-            raise
-        finally:
-            with _PENDING_LOCK:
-                _PENDING.pop(self._location, None)
 
     def __enter__(self) -> "_Tee":
         return self
@@ -225,10 +212,12 @@ class _Tee:
 
 class _DiskTee(_Tee):
     """An output stream that also writes a local copy into the disk cache, moved under its final
-    name only once the upload has completed (the next process then reads it from disk)."""
+    name only once the upload has completed (the next process then reads it from disk). With
+    ``background``, its close returns once the file is complete locally and the upload finishes in
+    the background, like a manifest's (the next metadata file's close waits for it)."""
 
-    def __init__(self, stream: Any, location: str, disk: FileCache):
-        super().__init__(stream, location)
+    def __init__(self, stream: Any, location: str, disk: FileCache, background: bool = False):
+        super().__init__(stream, location, background=background)
         self._disk, self._final = disk, disk.path(location)
         self._final.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = self._final.with_name(f"{PART_PREFIX}{uuid.uuid4().hex}-{self._final.name}")
@@ -239,6 +228,12 @@ class _DiskTee(_Tee):
         return self._stream.write(data)
 
     def close(self) -> None:
+        if self._background:
+            background_upload(self._location, self._finish)
+        else:
+            self._finish()
+
+    def _finish(self) -> None:
         try:
             self._stream.close()
             size = self._copy.tell()  # not a stat of the final copy: another process may evict it at once
@@ -258,6 +253,27 @@ class _DiskTee(_Tee):
             self._tmp.unlink(missing_ok=True)
 
 
+def background_upload(location: str, upload: Callable[[], None]) -> None:
+    """Run ``upload`` (of ``location``) in the background; the next metadata file's close waits
+    for it (``uploads_done``) and a failure fails every later one. Only for files a commit names
+    through a metadata file this process writes (``BACKGROUND_UPLOADS``)."""
+
+    def run() -> None:
+        # The failure is recorded before the future completes: whoever waits on it sees it.
+        try:
+            upload()
+        except BaseException as exc:
+            with _PENDING_LOCK:
+                _FAILED.append(f"{location}: {' '.join(str(exc).split())}")
+            raise
+        finally:
+            with _PENDING_LOCK:
+                _PENDING.pop(location, None)
+
+    with _PENDING_LOCK:  # held until registered: the upload's own clean-up takes it
+        _PENDING[location] = _UPLOADS.submit(run)
+
+
 class _S3File(PyArrowFile):
     """A ``PyArrowFile`` on S3: ``create`` never HEADs the location first, immutable metadata
     files are remembered when written or read, and Parquet files are read through the disk
@@ -270,13 +286,14 @@ class _S3File(PyArrowFile):
         stream = super().create(overwrite=True)
         if self.disk is not None and self.location.endswith(".parquet"):
             try:
-                return _DiskTee(stream, self.location, self.disk)
+                return _DiskTee(stream, self.location, self.disk, self.background)
             except OSError:  # a cache folder that cannot be written: upload only
                 return stream
         return _Tee(stream, self.location, self.disk, self.background) if immutable(self.location) else stream
 
     def open(self, seekable: bool = True) -> Any:
         if self.disk is not None and self.location.endswith(".parquet"):
+            _wait_upload(self.location)  # written by this process: in the cache once it is up
             try:
                 path = self.disk.fetch(None, self.location, None, parquet_file,
                                        open_remote=lambda: PyArrowFile.open(self, seekable=False))
@@ -317,6 +334,7 @@ class _S3File(PyArrowFile):
         return len(data) if data is not None else super().__len__()
 
     def exists(self) -> bool:
+        _wait_upload(self.location)
         return (immutable(self.location) and REMEMBERED.get(self.location) is not None) or super().exists()
 
 
@@ -460,6 +478,14 @@ class LakepubFileIO(PyArrowFileIO):
         if not (args and isinstance(args[0], dict) and "allow_delayed_open" in args[0]):  # pragma: no cover
             return fs
         return rebuild({**args[0], "allow_delayed_open": True})
+
+    def upload_later(self, location: str, upload: Callable[[], None]) -> bool:
+        """Run ``upload`` of a file bound for ``location`` in the background when this FileIO's
+        commits wait for background uploads (``BACKGROUND_UPLOADS``); False: the caller uploads."""
+        if not (self.background and location.startswith(("s3://", "s3a://"))):
+            return False
+        background_upload(location, upload)
+        return True
 
     def new_output(self, location: str) -> PyArrowFile:
         return _on_s3(super().new_output(location), self.disk, self.background)
