@@ -190,7 +190,8 @@ class Workspace:
 
         ``on_start(pending_records)`` and ``on_batch(result, pending_after)`` report progress;
         ``stop()`` is asked before each batch and True ends the run there (``run --follow``
-        stops on SIGTERM this way: never within a batch's publish).
+        stops on SIGTERM this way: never within a batch's publish). A batch's version hints are
+        written while the next batch starts, and all of them before this returns.
         """
         spec = self.dataset(dataset)
         _refuse_deleted_definition(spec, dataset)
@@ -212,9 +213,9 @@ class Workspace:
             on_start(pending)
         results: list[PublishResult] = []
         position = dict(committed)
-        # The first batch is read while the publisher opens (or creates) the dataset's tables.
+        # The first batch is read while the publisher opens (or creates) the dataset's tables;
+        # deferred_cleanup: a batch's version hints are written while the next one starts.
         contract = spec.contract
-        # deferred_cleanup: a batch's version hints are written while the next one is prepared.
         with deferred_cleanup(), _ReadAhead(src.batches(committed, max_batch), lambda t: prepare(t, contract)) as batches:
             publisher = self.publisher(dataset)
             publisher.catch_up()  # a dataset added to an entity with history is built first

@@ -31,10 +31,10 @@ This uses non-public pyiceberg methods, hence the exact pin in pyproject.toml; t
 from __future__ import annotations
 
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
@@ -172,7 +172,7 @@ def commit_in_order(catalog: Catalog, changes: list[TableChange]) -> None:
             response = catalog.commit_table(change.table, requirements, updates)
         except CommitFailedException as exc:
             raise CommitConflict(str(exc)) from exc
-        except RetryableError:  # store/s3.UploadFailed: its metadata file was refused, nothing moved
+        except RetryableError:  # store/uploads.UploadFailed: its metadata file was refused, nothing moved
             raise
         except Exception as exc:
             if isinstance(exc, OSError) and is_disk_full(exc):
@@ -211,14 +211,13 @@ def commit_atomically(catalog: Catalog, changes: list[TableChange]) -> dict[str,
         except CommitFailedException as exc:
             raise CommitConflict(str(exc)) from exc
         if updates:
-            writes.append(_PARALLEL.submit(catalog._write_metadata,  # noqa: SLF001
-                                           metadata=new.metadata, io=new.io, metadata_path=new.metadata_location))
+            writes.append(_PARALLEL.submit(_write_metadata, catalog, new))
             staged.append((ident, current.metadata_location, new.metadata_location))
             hints.append((change.table.io, new.metadata.location, new.metadata_location))
         else:
             staged.append((ident, current.metadata_location, current.metadata_location))
-    for write in writes:
-        write.result()
+    for wait in {write.result() for write in writes} - {None}:
+        wait()  # S3: every file the new metadata files name is up before a pointer moves
     fault_point("before-pointer-swap")
     _swap_pointers(catalog, staged)
     # After the swap, side by side (on S3 each is a request or three): nothing here can fail the commit.
@@ -229,6 +228,17 @@ def commit_atomically(catalog: Catalog, changes: list[TableChange]) -> dict[str,
     else:
         _finish(done)
     return {".".join(ident): new for ident, _, new in staged}
+
+
+def _write_metadata(catalog: Catalog, new: StagedTable) -> Callable[[], None] | None:
+    """Write a staged table's new metadata file; returns what to call before the pointer swap.
+    On S3 (``store/s3.LakepubFileIO``) the file goes up beside the data files and manifests
+    still uploading in the background instead of after them, and the swap waits for all of them
+    (``uploads_done``): one round trip less per publish."""
+    early = getattr(new.io, "metadata_before_uploads", None)
+    with early() if early is not None else nullcontext():
+        catalog._write_metadata(metadata=new.metadata, io=new.io, metadata_path=new.metadata_location)  # noqa: SLF001
+    return getattr(new.io, "uploads_done", None) if early is not None else None
 
 
 def _stage(catalog: Catalog, current: Table, ident: tuple[str, ...], requirements: tuple, updates: tuple) -> StagedTable:

@@ -27,14 +27,18 @@ LIST). At 20-50 ms per request that was ~70 requests in sequence per publish (me
   (below), and its copy on disk only once uploaded.
 
 * manifests and manifest lists are uploaded in the background once written (they are served
-  to this process from memory meanwhile), and a metadata file's close, after its own upload,
-  waits for every background upload before it returns: a catalog points at a metadata file only
-  after writing it, so everything a committed snapshot names is in the store. A publish's
-  manifests, manifest lists and metadata files then go up in one wave instead of five requests
-  one after another. An upload that fails (after pyarrow's own retries) fails every later
-  metadata file of the process (``uploads_done``: it cannot tell which commit would name the
-  missing file): nothing more is committed by it, and a new process (``run --follow``'s
-  supervisor restarts it) starts clean. Only on catalogs whose client writes the metadata file
+  to this process from memory meanwhile), and so are data files (with the disk cache: their
+  close returns once the local copy is complete) and key-index runs (``upload_later``,
+  ``store/cache.py``); a metadata file's close, after its own upload, waits for every background
+  upload before it returns: a catalog points at a metadata file only after writing it, so
+  everything a committed snapshot names is in the store. The atomic commit
+  (``store/commit.py``) writes its metadata files inside ``metadata_before_uploads`` instead and
+  calls ``uploads_done`` itself right before its pointer swap, so a publish's data files, runs,
+  manifests and metadata files go up together (16 at a time: 48 cost more CPU and were slower
+  on moto, measured). An upload that fails (after pyarrow's own retries) fails every later
+  metadata file of the process (``uploads_done``, ``store/uploads.py``: it cannot tell which
+  commit would name the missing file): nothing more is committed by it, and a new process
+  (``run --follow``'s supervisor restarts it) starts clean. Only on catalogs whose client writes the metadata file
   (SQL, Glue, Hive, ...: ``configure`` sets ``BACKGROUND_UPLOADS``): a REST catalog's server
   writes it, and its client's commit would name a manifest list still on its way up.
 * a manifest list read from the store has its manifests fetched side by side into memory
@@ -49,7 +53,9 @@ Measured (``scripts/bench/object_store.py --quick``, +30 ms per request): a warm
 rewriting 36 partitions went from 70 requests in sequence (160 in all) to 10-13 (46); a new
 process's publish from 58 (174) to ~28 (66) with the cache warm. The background manifest
 uploads took a 100k-event publish from 13-18 requests in sequence to 10-12, and a 1M-event
-``run`` from 132-148 to 98-123 (``--history 1000000`` and ``10000000``).
+``run`` from 132-148 to 98-123 (``--history 1000000`` and ``10000000``). Data files, runs and
+metadata files in the same wave, and a ``run``'s hints deferred (``commit.deferred_cleanup``),
+took the median ``run`` from 10.09 to 8.91 s at load ~14 (README "Benchmarks", issue 16).
 
 Correctness does not depend on any of these: the catalog's compare-and-set decides which metadata is
 current. The workspace uses it when the warehouse is on S3 and ``py-io-impl`` is not set
@@ -72,9 +78,11 @@ from pyiceberg.io import PY_IO_IMPL
 from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT
 
-from lakepub.errors import RetryableError
 from lakepub.store.cache import CACHE_FOLDER, CACHE_LIMIT_MB, DEFAULT_LIMIT_MB, PART_PREFIX, FileCache, parquet_file
 from lakepub.store.remembered import Remembered
+from lakepub.store.uploads import (  # noqa: F401 - UploadFailed, uploads_done: re-exported
+    _SWAP_WAITS, _UPLOADS, UploadFailed, _wait_upload, background_upload, metadata_before_uploads, uploads_done,
+)
 
 IO_IMPL = "lakepub.store.s3.LakepubFileIO"
 # Set (by ``configure``) only for catalogs that write the metadata file themselves: their commit
@@ -121,44 +129,6 @@ def immutable(location: str) -> bool:
 REMEMBERED = Remembered()
 
 
-# Manifests and manifest lists finish uploading in the background (see the module docstring):
-# the uploads under way by location, and every one that failed (for the life of the process).
-_UPLOADS = ThreadPoolExecutor(max_workers=48, thread_name_prefix="lakepub-upload")
-_PENDING: dict[str, Future] = {}
-_FAILED: list[str] = []
-_PENDING_LOCK = threading.Lock()
-
-
-class UploadFailed(RetryableError, OSError):
-    """A background upload of this process failed: it commits nothing more (exit 4, retry)."""
-
-
-def uploads_done() -> None:
-    """Wait for every background upload started so far; raise OSError if any upload this process
-    started in the background has ever failed (a metadata file written after it might name it):
-    ``UploadFailed``, an OSError that the CLI reports as a retry (exit 4)."""
-    with _PENDING_LOCK:
-        pending = list(_PENDING.values())
-    for future in pending:
-        try:
-            future.result()
-        except BaseException:  # noqa: BLE001 - recorded in _FAILED by the upload itself
-            pass
-    if _FAILED:
-        raise UploadFailed(f"an earlier upload of this process failed ({_FAILED[0]}): it commits nothing more "
-                      "(nothing was published by this attempt); run again in a new process")
-
-
-def _wait_upload(location: str) -> None:
-    with _PENDING_LOCK:
-        future = _PENDING.get(location)
-    if future is not None:
-        try:
-            future.result()
-        except BaseException:  # noqa: BLE001 - the read reports what it finds
-            pass
-
-
 class _Tee:
     """An output stream that keeps a copy of what it wrote, remembered once closed without error.
 
@@ -193,7 +163,8 @@ class _Tee:
         self._upload(data)  # raises if the upload failed: nothing is remembered
         REMEMBERED.put(self._location, data)
         if self._location.endswith(".metadata.json"):
-            uploads_done()  # a catalog may point at this file once it is written: all it names must be up
+            if not getattr(_SWAP_WAITS, "on", False):
+                uploads_done()  # a catalog may point at this file once it is written: all it names must be up
 
     def _upload(self, data: bytes) -> None:
         self._stream.close()  # uploads
@@ -251,27 +222,6 @@ class _DiskTee(_Tee):
             self._stream.close()
             self._copy.close()
             self._tmp.unlink(missing_ok=True)
-
-
-def background_upload(location: str, upload: Callable[[], None]) -> None:
-    """Run ``upload`` (of ``location``) in the background; the next metadata file's close waits
-    for it (``uploads_done``) and a failure fails every later one. Only for files a commit names
-    through a metadata file this process writes (``BACKGROUND_UPLOADS``)."""
-
-    def run() -> None:
-        # The failure is recorded before the future completes: whoever waits on it sees it.
-        try:
-            upload()
-        except BaseException as exc:
-            with _PENDING_LOCK:
-                _FAILED.append(f"{location}: {' '.join(str(exc).split())}")
-            raise
-        finally:
-            with _PENDING_LOCK:
-                _PENDING.pop(location, None)
-
-    with _PENDING_LOCK:  # held until registered: the upload's own clean-up takes it
-        _PENDING[location] = _UPLOADS.submit(run)
 
 
 class _S3File(PyArrowFile):
@@ -478,6 +428,9 @@ class LakepubFileIO(PyArrowFileIO):
         if not (args and isinstance(args[0], dict) and "allow_delayed_open" in args[0]):  # pragma: no cover
             return fs
         return rebuild({**args[0], "allow_delayed_open": True})
+
+    metadata_before_uploads = staticmethod(metadata_before_uploads)  # store/commit.py, with:
+    uploads_done = staticmethod(uploads_done)
 
     def upload_later(self, location: str, upload: Callable[[], None]) -> bool:
         """Run ``upload`` of a file bound for ``location`` in the background when this FileIO's
