@@ -57,7 +57,7 @@ def _slowed(monkeypatch, seconds: float, log: list, fail: str | None = None, cli
 
 def test_the_pointer_swap_waits_for_every_background_upload(s3_endpoint, make_workspace, tmp_path, monkeypatch):
     ws = _workspace(make_workspace, tmp_path, s3_endpoint, "bgswap", events=900)
-    uploads: list = []
+    finished: list = []
     in_flight_at_swap: list[list[str]] = []
     real_swap = commit._swap_pointers
 
@@ -66,11 +66,11 @@ def test_the_pointer_swap_waits_for_every_background_upload(s3_endpoint, make_wo
             in_flight_at_swap.append(list(uploads._PENDING))
         real_swap(catalog, staged)
 
-    _slowed(monkeypatch, 0.3, uploads)
+    _slowed(monkeypatch, 0.3, finished)
     monkeypatch.setattr(commit, "_swap_pointers", swap)
     result = ws.run(DATASET, max_batch=300)
     assert len(result.batches) == 3
-    assert {kind for kind, _ in uploads} == {"parquet", "arrow"}, uploads  # both went up in the background
+    assert {kind for kind, _ in finished} == {"parquet", "arrow"}, finished  # both went up in the background
     assert in_flight_at_swap == [[], [], []]  # nothing a swap named was still on its way up
     assert _published(ws) == _published_oracle(ws)
 
@@ -143,3 +143,17 @@ def test_a_runs_hints_never_go_back_and_name_the_committed_metadata(s3_endpoint,
         body = client.get_object(Bucket=s3_endpoint.bucket, Key=key)["Body"].read().decode()
         assert table.metadata_location.endswith(f"/{body}.metadata.json"), (body, table.metadata_location)
     assert _published(fresh) == _published_oracle(fresh)
+
+
+def test_file_ios_of_the_same_properties_share_one_s3_file_system(s3_endpoint):
+    """pyiceberg makes a FileIO per table it loads; each made its own S3FileSystem (an AWS
+    client) before: now one per (bucket, properties) for the process, and it still works."""
+    props = {**s3_endpoint.s3_properties(), s3.BACKGROUND_UPLOADS: "true"}
+    location = f"s3://{s3_endpoint.bucket}/shared-fs/x.bin"
+    one, two = s3.LakepubFileIO(props), s3.LakepubFileIO(dict(props))
+    other = s3.LakepubFileIO({**props, "s3.connect-timeout": "7"})
+    assert one.fs_by_scheme("s3", s3_endpoint.bucket) is two.fs_by_scheme("s3", s3_endpoint.bucket)
+    assert other.fs_by_scheme("s3", s3_endpoint.bucket) is not one.fs_by_scheme("s3", s3_endpoint.bucket)
+    with one.new_output(location).create() as out:
+        out.write(b"written through the shared client")
+    assert two.new_input(location).open().read() == b"written through the shared client"
