@@ -77,14 +77,22 @@ def deferred_cleanup() -> Iterator[None]:
     token = _DEFERRED.set(pending)
     try:
         yield
-    finally:
+    except BaseException:
         _DEFERRED.reset(token)
-        _finish(pending)
+        _finish(pending, quiet=True)  # the block's own error is the one to report
+        raise
+    _DEFERRED.reset(token)
+    _finish(pending)
 
 
-def _finish(futures: list[Future] | None) -> None:
+def _finish(futures: list[Future] | None, quiet: bool = False) -> None:
     while futures:
-        futures.pop(0).result()
+        future = futures.pop(0)
+        try:
+            future.result()
+        except Exception:
+            if not quiet:
+                raise
 
 
 class CommitConflict(Exception):

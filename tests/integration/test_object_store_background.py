@@ -157,3 +157,23 @@ def test_file_ios_of_the_same_properties_share_one_s3_file_system(s3_endpoint):
     with one.new_output(location).create() as out:
         out.write(b"written through the shared client")
     assert two.new_input(location).open().read() == b"written through the shared client"
+
+
+def test_deferred_cleanup_reports_the_runs_own_error_first():
+    """A batch failing inside ``run`` is what ``run`` reports, not a clean-up error behind it;
+    without one, a clean-up error is not lost."""
+    from concurrent.futures import Future
+
+    def failed_cleanup() -> None:
+        future: Future = Future()
+        future.set_exception(RuntimeError("clean-up failed"))
+        commit._DEFERRED.get().append(future)
+
+    with pytest.raises(ValueError, match="the batch's own error"):
+        with commit.deferred_cleanup():
+            failed_cleanup()
+            raise ValueError("the batch's own error")
+    with pytest.raises(RuntimeError, match="clean-up failed"):
+        with commit.deferred_cleanup():
+            failed_cleanup()
+    assert commit._DEFERRED.get() is None  # outside a run: commits finish their clean-up themselves
