@@ -190,9 +190,7 @@ class Workspace:
 
         ``on_start(pending_records)`` and ``on_batch(result, pending_after)`` report progress;
         ``stop()`` is asked before each batch and True ends the run there (``run --follow``
-        stops on SIGTERM this way: never within a batch's publish). A batch's version hints are
-        written while the next batch starts, and all of them before this returns.
-        """
+        stops on SIGTERM this way: never within a batch's publish; its version hints go up later)."""
         spec = self.dataset(dataset)
         _refuse_deleted_definition(spec, dataset)
         retired = _retirement(self._summary_table(dataset))
@@ -214,7 +212,8 @@ class Workspace:
         results: list[PublishResult] = []
         position = dict(committed)
         # The first batch is read while the publisher opens (or creates) the dataset's tables;
-        # deferred_cleanup: a batch's version hints are written while the next one starts.
+        # deferred_cleanup: a batch's version hints are written while the next one starts (all
+        # of them before this returns).
         contract = spec.contract
         with deferred_cleanup(), _ReadAhead(src.batches(committed, max_batch), lambda t: prepare(t, contract)) as batches:
             publisher = self.publisher(dataset)
