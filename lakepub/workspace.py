@@ -35,6 +35,7 @@ from lakepub.positions import Vector
 from lakepub.publish import dual
 from lakepub.publish.publisher import PreparedBatch, Publisher, PublishResult, prepare
 from lakepub.store.catalog import open_catalog
+from lakepub.store.commit import deferred_cleanup
 from lakepub.store.integrity import check_scannable
 from lakepub.store.layout import ledger_id, summary_id
 from lakepub.store.record import latest_record
@@ -189,8 +190,7 @@ class Workspace:
 
         ``on_start(pending_records)`` and ``on_batch(result, pending_after)`` report progress;
         ``stop()`` is asked before each batch and True ends the run there (``run --follow``
-        stops on SIGTERM this way: never within a batch's publish).
-        """
+        stops on SIGTERM this way: never within a batch's publish; its version hints go up later)."""
         spec = self.dataset(dataset)
         _refuse_deleted_definition(spec, dataset)
         retired = _retirement(self._summary_table(dataset))
@@ -211,9 +211,11 @@ class Workspace:
             on_start(pending)
         results: list[PublishResult] = []
         position = dict(committed)
-        # The first batch is read while the publisher opens (or creates) the dataset's tables.
+        # The first batch is read while the publisher opens (or creates) the dataset's tables;
+        # deferred_cleanup: a batch's version hints are written while the next one starts (all
+        # of them before this returns).
         contract = spec.contract
-        with _ReadAhead(src.batches(committed, max_batch), lambda t: prepare(t, contract)) as batches:
+        with deferred_cleanup(), _ReadAhead(src.batches(committed, max_batch), lambda t: prepare(t, contract)) as batches:
             publisher = self.publisher(dataset)
             publisher.catch_up()  # a dataset added to an entity with history is built first
             dual.attach(self, publisher, spec, Path(landing) if landing else None, max_batch)  # DUAL_WRITE

@@ -26,7 +26,7 @@ Refusals (a sum leaving its column's range) happen in ``rewrite``, before anythi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -60,6 +60,11 @@ class Rewrite:
     sums: dict[Any, int] | None = None  # version 2 checksum sums of ``rows`` (``current`` datasets)
 
 
+# One thread: a new process's first publish reads its published tables' rows while it looks up
+# the ledger (``DatasetWriter.prefetch``).
+_PREFETCH = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-state")
+
+
 class DatasetWriter:
     """Publishes one dataset's part of each batch; keeps its published state between publishes."""
 
@@ -67,6 +72,7 @@ class DatasetWriter:
         self.spec = spec
         self.schema = spec.kind.output_schema()
         self._state: PublishedState | None = None
+        self._loading: tuple[int, Future[PublishedState]] | None = None  # ``prefetch``: (snapshot, its read)
         self._vetted: int | None = None  # a foreign head whose data were found to be the published data
         self._checked: tuple[str, str] | None = None  # metadata locations whose schemas and definition passed
         from lakepub.ops.data_version import of_spec
@@ -81,9 +87,25 @@ class DatasetWriter:
         if current is None:
             return PublishedState(None, self.schema, {}, {}, {}, {} if self.merge_on_read else None)
         if self._state is None or self._state.snapshot_id != current:
-            self._state = published_state.load(table, self.schema, self.spec.partition,
-                                               self._key if self.merge_on_read else None)
+            loading, self._loading = self._loading, None
+            if loading is not None and loading[0] == current:  # read by ``prefetch`` meanwhile
+                self._state = loading[1].result()
+            else:
+                self._state = self._load(table)
         return self._state
+
+    def prefetch(self, table: Table) -> None:
+        """Start reading the published rows in the background when none are kept for the table's
+        current snapshot (a new process, or after another writer): the ledger lookup and the
+        projection run meanwhile, and ``state`` takes the result (or its error)."""
+        current = table.metadata.current_snapshot_id
+        if current is None or (self._state is not None and self._state.snapshot_id == current) or \
+                (self._loading is not None and self._loading[0] == current):
+            return
+        self._loading = (current, _PREFETCH.submit(self._load, table))
+
+    def _load(self, table: Table) -> PublishedState:
+        return published_state.load(table, self.schema, self.spec.partition, self._key if self.merge_on_read else None)
 
     def check_definition(self, table: Table, ledger: Table | None = None) -> None:
         check_definition(self.spec, table, ledger)

@@ -151,6 +151,7 @@ class Publisher:
         latest = {name: latest_published(table) for name, table in tables.items()}
         for name, table in tables.items():
             self.writers[name].check_head(table, ledger, latest[name])
+            self.writers[name].prefetch(table)  # a new process: read while the ledger is looked up
         return ledger, tables, latest
 
     def checkpoint(self, ledger: Table, latest: dict[str, Latest]) -> tuple[str, PublishRecord] | None:
@@ -242,10 +243,8 @@ class Publisher:
         events = prepared.events
         covered = positions.check_range(start, end)
         if covered != events.num_rows:
-            raise InvalidPosition(
-                f"batch has {events.num_rows} events but positions {positions.dumps(start)} -> "
-                f"{positions.dumps(end)} cover {covered} records"
-            )
+            raise InvalidPosition(f"batch has {events.num_rows} events but positions {positions.dumps(start)} -> "
+                                  f"{positions.dumps(end)} cover {covered} records")
         identity = BatchIdentity(self.group.name, source, start, end, prepared.digest)
         dataset = dataset or self.group.dataset_names[0]
         logs.batch_started(dataset, identity.batch_id, source, start, end, events.num_rows)

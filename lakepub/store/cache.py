@@ -126,11 +126,19 @@ class FileCache:
 
     def put(self, io: FileIO, location: str, local: Path) -> int:
         """Upload the local file ``local`` (already at ``self.path(location)``) to ``location``;
-        returns its size."""
-        with open(local, "rb") as source, io.new_output(location).create(overwrite=True) as sink:
-            while chunk := source.read(CHUNK):
-                sink.write(chunk)
-        size = local.stat().st_size
+        returns its size. An io with ``upload_later`` (``store/s3.py`` with background uploads)
+        may take the upload to the background: the next metadata file written waits for it."""
+        source = open(local, "rb")  # noqa: SIM115 - opened now: an eviction may remove the name before the upload reads it
+        size = os.fstat(source.fileno()).st_size
+
+        def upload() -> None:
+            with source, io.new_output(location).create(overwrite=True) as sink:
+                while chunk := source.read(CHUNK):
+                    sink.write(chunk)
+
+        later = getattr(io, "upload_later", None)
+        if later is None or not later(location, upload):
+            upload()
         self.added(size, keep={local})
         return size
 

@@ -18,14 +18,23 @@ itself, which makes the commit fail if that table moved in the meantime.
 
 After a confirmed commit (both modes), each moved table's ``metadata/version-hint.text`` is
 pointed at its new metadata file for readers of the table folder (``store/version_hint.py``).
+Inside ``deferred_cleanup()`` (``Workspace.run``, between its batches) an atomic commit returns
+right after the pointer swap, and its hints and manifest clean-up finish in the background: the
+next commit waits for them before it starts (so hints never go back in time), and so does the end
+of the block. On S3 that takes a round trip per batch (3 more when a merge-append leaves a
+manifest to delete) out of a ``run``'s requests in sequence; a crash in between leaves an older
+hint, which a crash right after the swap could always do.
 
 This uses non-public pyiceberg methods, hence the exact pin in pyproject.toml; the tests cover it.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
@@ -55,6 +64,35 @@ from lakepub.store.write import staged_metadata
 # The tables' metadata files, and after the swap the hints and manifest clean-up, are written side
 # by side: on S3 each is a round trip of 20-50 ms (scripts/bench/object_store.py).
 _PARALLEL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="lakepub-commit")
+# Inside ``deferred_cleanup()``: the post-swap work of the last commit, still under way.
+_DEFERRED: ContextVar[list[Future] | None] = ContextVar("lakepub_deferred_cleanup", default=None)
+
+
+@contextmanager
+def deferred_cleanup() -> Iterator[None]:
+    """Let atomic commits in this block return once their pointers are swapped, their version
+    hints and manifest clean-up finishing in the background (waited for by the next commit and at
+    the end of the block; see the module docstring)."""
+    pending: list[Future] = []
+    token = _DEFERRED.set(pending)
+    try:
+        yield
+    except BaseException:
+        _DEFERRED.reset(token)
+        _finish(pending, quiet=True)  # the block's own error is the one to report
+        raise
+    _DEFERRED.reset(token)
+    _finish(pending)
+
+
+def _finish(futures: list[Future] | None, quiet: bool = False) -> None:
+    while futures:
+        future = futures.pop(0)
+        try:
+            future.result()
+        except Exception:
+            if not quiet:
+                raise
 
 
 class CommitConflict(Exception):
@@ -130,6 +168,7 @@ def commit_in_order(catalog: Catalog, changes: list[TableChange]) -> None:
     commits are unreferenced until a published snapshot names them); a failure of the last one is
     a conflict when the catalog says so, else an unknown outcome.
     """
+    _finish(_DEFERRED.get())  # an earlier commit's hints first: they never go back in time
     for index, change in enumerate(changes):
         requirements, updates = change.requirements_and_updates()
         if not updates:
@@ -141,7 +180,7 @@ def commit_in_order(catalog: Catalog, changes: list[TableChange]) -> None:
             response = catalog.commit_table(change.table, requirements, updates)
         except CommitFailedException as exc:
             raise CommitConflict(str(exc)) from exc
-        except RetryableError:  # store/s3.UploadFailed: its metadata file was refused, nothing moved
+        except RetryableError:  # store/uploads.UploadFailed: its metadata file was refused, nothing moved
             raise
         except Exception as exc:
             if isinstance(exc, OSError) and is_disk_full(exc):
@@ -164,6 +203,8 @@ def commit_atomically(catalog: Catalog, changes: list[TableChange]) -> dict[str,
     OutcomeUnknown when the database did not confirm the final COMMIT.
     """
     require_atomic_commit(catalog)
+    deferred = _DEFERRED.get()
+    _finish(deferred)  # an earlier commit's hints first: they never go back in time
     staged: list[tuple[tuple[str, ...], str, str]] = []
     hints = []  # (io, table location, new metadata location), written once the swap is confirmed
     writes = []  # the tables' new metadata files, written side by side (one round trip on S3)
@@ -178,22 +219,34 @@ def commit_atomically(catalog: Catalog, changes: list[TableChange]) -> dict[str,
         except CommitFailedException as exc:
             raise CommitConflict(str(exc)) from exc
         if updates:
-            writes.append(_PARALLEL.submit(catalog._write_metadata,  # noqa: SLF001
-                                           metadata=new.metadata, io=new.io, metadata_path=new.metadata_location))
+            writes.append(_PARALLEL.submit(_write_metadata, catalog, new))
             staged.append((ident, current.metadata_location, new.metadata_location))
             hints.append((change.table.io, new.metadata.location, new.metadata_location))
         else:
             staged.append((ident, current.metadata_location, current.metadata_location))
-    for write in writes:
-        write.result()
+    for wait in {write.result() for write in writes} - {None}:
+        wait()  # S3: every file the new metadata files name is up before a pointer moves
     fault_point("before-pointer-swap")
     _swap_pointers(catalog, staged)
     # After the swap, side by side (on S3 each is a request or three): nothing here can fail the commit.
     done = [_PARALLEL.submit(delete_merged_away_manifests, change) for change in changes]
     done += [_PARALLEL.submit(write_version_hint, *hint) for hint in hints]
-    for future in done:
-        future.result()
+    if deferred is not None:
+        deferred.extend(done)  # finished by the next commit, or at the end of deferred_cleanup()
+    else:
+        _finish(done)
     return {".".join(ident): new for ident, _, new in staged}
+
+
+def _write_metadata(catalog: Catalog, new: StagedTable) -> Callable[[], None] | None:
+    """Write a staged table's new metadata file; returns what to call before the pointer swap.
+    On S3 (``store/s3.LakepubFileIO``) the file goes up beside the data files and manifests
+    still uploading in the background instead of after them, and the swap waits for all of them
+    (``uploads_done``): one round trip less per publish."""
+    early = getattr(new.io, "metadata_before_uploads", None)
+    with early() if early is not None else nullcontext():
+        catalog._write_metadata(metadata=new.metadata, io=new.io, metadata_path=new.metadata_location)  # noqa: SLF001
+    return getattr(new.io, "uploads_done", None) if early is not None else None
 
 
 def _stage(catalog: Catalog, current: Table, ident: tuple[str, ...], requirements: tuple, updates: tuple) -> StagedTable:

@@ -27,14 +27,18 @@ LIST). At 20-50 ms per request that was ~70 requests in sequence per publish (me
   (below), and its copy on disk only once uploaded.
 
 * manifests and manifest lists are uploaded in the background once written (they are served
-  to this process from memory meanwhile), and a metadata file's close, after its own upload,
-  waits for every background upload before it returns: a catalog points at a metadata file only
-  after writing it, so everything a committed snapshot names is in the store. A publish's
-  manifests, manifest lists and metadata files then go up in one wave instead of five requests
-  one after another. An upload that fails (after pyarrow's own retries) fails every later
-  metadata file of the process (``uploads_done``: it cannot tell which commit would name the
-  missing file): nothing more is committed by it, and a new process (``run --follow``'s
-  supervisor restarts it) starts clean. Only on catalogs whose client writes the metadata file
+  to this process from memory meanwhile), and so are data files (with the disk cache: their
+  close returns once the local copy is complete) and key-index runs (``upload_later``,
+  ``store/cache.py``); a metadata file's close, after its own upload, waits for every background
+  upload before it returns: a catalog points at a metadata file only after writing it, so
+  everything a committed snapshot names is in the store. The atomic commit
+  (``store/commit.py``) writes its metadata files inside ``metadata_before_uploads`` instead and
+  calls ``uploads_done`` itself right before its pointer swap, so a publish's data files, runs,
+  manifests and metadata files go up together (16 at a time: 48 cost more CPU and were slower
+  on moto, measured). An upload that fails (after pyarrow's own retries) fails every later
+  metadata file of the process (``uploads_done``, ``store/uploads.py``: it cannot tell which
+  commit would name the missing file): nothing more is committed by it, and a new process
+  (``run --follow``'s supervisor restarts it) starts clean. Only on catalogs whose client writes the metadata file
   (SQL, Glue, Hive, ...: ``configure`` sets ``BACKGROUND_UPLOADS``): a REST catalog's server
   writes it, and its client's commit would name a manifest list still on its way up.
 * a manifest list read from the store has its manifests fetched side by side into memory
@@ -49,7 +53,9 @@ Measured (``scripts/bench/object_store.py --quick``, +30 ms per request): a warm
 rewriting 36 partitions went from 70 requests in sequence (160 in all) to 10-13 (46); a new
 process's publish from 58 (174) to ~28 (66) with the cache warm. The background manifest
 uploads took a 100k-event publish from 13-18 requests in sequence to 10-12, and a 1M-event
-``run`` from 132-148 to 98-123 (``--history 1000000`` and ``10000000``).
+``run`` from 132-148 to 98-123 (``--history 1000000`` and ``10000000``). Data files, runs and
+metadata files in the same wave, and a ``run``'s hints deferred (``commit.deferred_cleanup``),
+took the median ``run`` from 10.09 to 8.91 s at load ~14 (README "Benchmarks", issue 16).
 
 Correctness does not depend on any of these: the catalog's compare-and-set decides which metadata is
 current. The workspace uses it when the warehouse is on S3 and ``py-io-impl`` is not set
@@ -65,16 +71,18 @@ import threading
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import pyarrow as pa
 from pyiceberg.io import PY_IO_IMPL
 from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT
 
-from lakepub.errors import RetryableError
 from lakepub.store.cache import CACHE_FOLDER, CACHE_LIMIT_MB, DEFAULT_LIMIT_MB, PART_PREFIX, FileCache, parquet_file
 from lakepub.store.remembered import Remembered
+from lakepub.store.uploads import (  # noqa: F401 - UploadFailed, uploads_done: re-exported
+    _SWAP_WAITS, _UPLOADS, UploadFailed, _wait_upload, background_upload, metadata_before_uploads, uploads_done,
+)
 
 IO_IMPL = "lakepub.store.s3.LakepubFileIO"
 # Set (by ``configure``) only for catalogs that write the metadata file themselves: their commit
@@ -121,44 +129,6 @@ def immutable(location: str) -> bool:
 REMEMBERED = Remembered()
 
 
-# Manifests and manifest lists finish uploading in the background (see the module docstring):
-# the uploads under way by location, and every one that failed (for the life of the process).
-_UPLOADS = ThreadPoolExecutor(max_workers=16, thread_name_prefix="lakepub-upload")
-_PENDING: dict[str, Future] = {}
-_FAILED: list[str] = []
-_PENDING_LOCK = threading.Lock()
-
-
-class UploadFailed(RetryableError, OSError):
-    """A background upload of this process failed: it commits nothing more (exit 4, retry)."""
-
-
-def uploads_done() -> None:
-    """Wait for every background upload started so far; raise OSError if any upload this process
-    started in the background has ever failed (a metadata file written after it might name it):
-    ``UploadFailed``, an OSError that the CLI reports as a retry (exit 4)."""
-    with _PENDING_LOCK:
-        pending = list(_PENDING.values())
-    for future in pending:
-        try:
-            future.result()
-        except BaseException:  # noqa: BLE001 - recorded in _FAILED by the upload itself
-            pass
-    if _FAILED:
-        raise UploadFailed(f"an earlier upload of this process failed ({_FAILED[0]}): it commits nothing more "
-                      "(nothing was published by this attempt); run again in a new process")
-
-
-def _wait_upload(location: str) -> None:
-    with _PENDING_LOCK:
-        future = _PENDING.get(location)
-    if future is not None:
-        try:
-            future.result()
-        except BaseException:  # noqa: BLE001 - the read reports what it finds
-            pass
-
-
 class _Tee:
     """An output stream that keeps a copy of what it wrote, remembered once closed without error.
 
@@ -188,30 +158,18 @@ class _Tee:
         data = b"".join(self._parts)
         if self._background and self._location.endswith(".avro") and REMEMBERED.put(self._location, data):
             # served from memory to this process from now on; the upload finishes in the background
-            with _PENDING_LOCK:  # held until registered: the upload's own clean-up takes it
-                _PENDING[self._location] = _UPLOADS.submit(self._upload_in_background, data)
+            background_upload(self._location, lambda: self._upload(data))
             return
         self._upload(data)  # raises if the upload failed: nothing is remembered
         REMEMBERED.put(self._location, data)
         if self._location.endswith(".metadata.json"):
-            uploads_done()  # a catalog may point at this file once it is written: all it names must be up
+            if not getattr(_SWAP_WAITS, "on", False):
+                uploads_done()  # a catalog may point at this file once it is written: all it names must be up
 
     def _upload(self, data: bytes) -> None:
         self._stream.close()  # uploads
         if self._small_disk is not None:
             self._small_disk.store(self._location, data)
-
-    def _upload_in_background(self, data: bytes) -> None:
-        # The failure is recorded before the future completes: whoever waits on it sees it.
-        try:
-            self._upload(data)
-        except BaseException as exc:
-            with _PENDING_LOCK:
-                _FAILED.append(f"{self._location}: {' '.join(str(exc).split())}")
-            raise
-        finally:
-            with _PENDING_LOCK:
-                _PENDING.pop(self._location, None)
 
     def __enter__(self) -> "_Tee":
         return self
@@ -225,10 +183,12 @@ class _Tee:
 
 class _DiskTee(_Tee):
     """An output stream that also writes a local copy into the disk cache, moved under its final
-    name only once the upload has completed (the next process then reads it from disk)."""
+    name only once the upload has completed (the next process then reads it from disk). With
+    ``background``, its close returns once the file is complete locally and the upload finishes in
+    the background, like a manifest's (the next metadata file's close waits for it)."""
 
-    def __init__(self, stream: Any, location: str, disk: FileCache):
-        super().__init__(stream, location)
+    def __init__(self, stream: Any, location: str, disk: FileCache, background: bool = False):
+        super().__init__(stream, location, background=background)
         self._disk, self._final = disk, disk.path(location)
         self._final.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = self._final.with_name(f"{PART_PREFIX}{uuid.uuid4().hex}-{self._final.name}")
@@ -239,6 +199,12 @@ class _DiskTee(_Tee):
         return self._stream.write(data)
 
     def close(self) -> None:
+        if self._background:
+            background_upload(self._location, self._finish)
+        else:
+            self._finish()
+
+    def _finish(self) -> None:
         try:
             self._stream.close()
             size = self._copy.tell()  # not a stat of the final copy: another process may evict it at once
@@ -270,13 +236,14 @@ class _S3File(PyArrowFile):
         stream = super().create(overwrite=True)
         if self.disk is not None and self.location.endswith(".parquet"):
             try:
-                return _DiskTee(stream, self.location, self.disk)
+                return _DiskTee(stream, self.location, self.disk, self.background)
             except OSError:  # a cache folder that cannot be written: upload only
                 return stream
         return _Tee(stream, self.location, self.disk, self.background) if immutable(self.location) else stream
 
     def open(self, seekable: bool = True) -> Any:
         if self.disk is not None and self.location.endswith(".parquet"):
+            _wait_upload(self.location)  # written by this process: in the cache once it is up
             try:
                 path = self.disk.fetch(None, self.location, None, parquet_file,
                                        open_remote=lambda: PyArrowFile.open(self, seekable=False))
@@ -317,6 +284,7 @@ class _S3File(PyArrowFile):
         return len(data) if data is not None else super().__len__()
 
     def exists(self) -> bool:
+        _wait_upload(self.location)
         return (immutable(self.location) and REMEMBERED.get(self.location) is not None) or super().exists()
 
 
@@ -438,6 +406,10 @@ def _start_threads() -> None:
     threading.Thread(target=run, name="lakepub-start-threads", daemon=True).start()
 
 
+_FILESYSTEMS: dict[tuple, Any] = {}  # (netloc, properties) -> S3FileSystem (``_initialize_s3_fs``)
+_FS_LOCK = threading.Lock()
+
+
 class LakepubFileIO(PyArrowFileIO):
     """``PyArrowFileIO`` writing small S3 files in one request (see the module docstring)."""
 
@@ -450,6 +422,20 @@ class LakepubFileIO(PyArrowFileIO):
         self.background = str(self.properties.get(BACKGROUND_UPLOADS, "")).lower() == "true"
 
     def _initialize_s3_fs(self, netloc: str | None) -> Any:
+        # pyiceberg makes a FileIO per table it loads, and each made its own S3FileSystem (an AWS
+        # client: ~30-40 ms of CPU, twice with the rebuild below) on first use: ~0.6 s of a 1M-event
+        # ``run`` (two tables loaded per batch). The file system is a function of these
+        # properties and thread-safe: one per process for each.
+        key = (netloc, tuple(sorted((str(k), str(v)) for k, v in self.properties.items())))
+        with _FS_LOCK:
+            fs = _FILESYSTEMS.get(key)
+        if fs is None:
+            fs = self._make_s3_fs(netloc)
+            with _FS_LOCK:
+                fs = _FILESYSTEMS.setdefault(key, fs)
+        return fs
+
+    def _make_s3_fs(self, netloc: str | None) -> Any:
         fs = super()._initialize_s3_fs(netloc)
         # pyarrow's S3FileSystem cannot be changed once made: rebuild it from its own arguments
         # (its pickled form; a retry strategy is not part of it, so a configured one keeps the
@@ -460,6 +446,17 @@ class LakepubFileIO(PyArrowFileIO):
         if not (args and isinstance(args[0], dict) and "allow_delayed_open" in args[0]):  # pragma: no cover
             return fs
         return rebuild({**args[0], "allow_delayed_open": True})
+
+    metadata_before_uploads = staticmethod(metadata_before_uploads)  # store/commit.py, with:
+    uploads_done = staticmethod(uploads_done)
+
+    def upload_later(self, location: str, upload: Callable[[], None]) -> bool:
+        """Run ``upload`` of a file bound for ``location`` in the background when this FileIO's
+        commits wait for background uploads (``BACKGROUND_UPLOADS``); False: the caller uploads."""
+        if not (self.background and location.startswith(("s3://", "s3a://"))):
+            return False
+        background_upload(location, upload)
+        return True
 
     def new_output(self, location: str) -> PyArrowFile:
         return _on_s3(super().new_output(location), self.disk, self.background)

@@ -17,7 +17,9 @@ version guessing is enabled.
 
 Invariant: the hint is written AFTER the catalog commit, so it only ever names a metadata file
 that was committed. A crash (or a failed write) between the commit and the hint leaves an older
-hint: an older published state, never unpublished data. The next commit (or janitor run) moves it
+hint: an older published state, never unpublished data. (Inside ``lakepub run`` the hints of a
+batch are written while the next batch starts, and its commit waits for them first, so they
+never go back in time: ``store/commit.deferred_cleanup``.) The next commit (or janitor run) moves it
 on; the janitor counts the hint and the file it names as referenced.
 
 The write is atomic: a temporary file in the same folder renamed over the hint (local warehouse),

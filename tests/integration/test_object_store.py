@@ -442,7 +442,7 @@ def test_a_metadata_file_is_written_only_once_the_manifests_it_may_name_are_up(s
     """Manifests and manifest lists upload in the background (store/s3.py): the close of a
     metadata file, which a catalog may point at as soon as it returns, waits for them; once one
     failed, no metadata file is written by the process any more (it might name the missing file)."""
-    from lakepub.store import s3
+    from lakepub.store import s3, uploads
 
     io = LakepubFileIO({**s3_endpoint.s3_properties(), s3.BACKGROUND_UPLOADS: "true"})
     base = f"s3://{s3_endpoint.bucket}/barrier/metadata"
@@ -466,7 +466,7 @@ def test_a_metadata_file_is_written_only_once_the_manifests_it_may_name_are_up(s
                                                                     Prefix="barrier/")["Contents"]}
     assert keys == {"barrier/metadata/snap-1-0-abc.avro", "barrier/metadata/00001-abc.metadata.json"}
 
-    monkeypatch.setattr(s3, "_FAILED", [])  # this process's record of failed uploads, for this test only
+    monkeypatch.setattr(uploads, "_FAILED", [])  # this process's record of failed uploads, for this test only
     with io.new_output("s3://no-such-bucket-lakepub/x/metadata/m-1.avro").create() as out:
         out.write(b"Obj\x01 lost")  # closes without error: the upload fails in the background
     with pytest.raises(OSError, match="earlier upload of this process failed"):
@@ -520,7 +520,7 @@ def test_a_failed_background_upload_is_a_retry_with_nothing_published(s3_endpoin
     ordered commit, an unknown outcome (exit 5); so is the next one in the same process; a new
     process publishes everything, read back by DuckDB."""
     from lakepub.errors import RetryableError
-    from lakepub.store import s3
+    from lakepub.store import s3, uploads
 
     ws = _workspace(make_workspace, tmp_path, s3_endpoint, f"upfail{mode}", events=900)
     if mode == "ordered":
@@ -530,7 +530,7 @@ def test_a_failed_background_upload_is_a_retry_with_nothing_published(s3_endpoin
     seen: list[int] = []
     ws.run(DATASET, max_batch=300, stop=lambda: bool(seen.append(1)) or len(seen) > 1)  # one batch
     before = _published(ws)
-    monkeypatch.setattr(s3, "_FAILED", [])  # this process's record of failed uploads, for this test only
+    monkeypatch.setattr(uploads, "_FAILED", [])  # this process's record of failed uploads, for this test only
     real_upload = s3._Tee._upload
 
     client = s3_endpoint.client()
@@ -548,7 +548,7 @@ def test_a_failed_background_upload_is_a_retry_with_nothing_published(s3_endpoin
         assert refused.value.exit_code == 4
         assert _published(ws) == before
     monkeypatch.setattr(s3._Tee, "_upload", real_upload)
-    monkeypatch.setattr(s3, "_FAILED", [])  # a new process
+    monkeypatch.setattr(uploads, "_FAILED", [])  # a new process
     REMEMBERED.clear()
     fresh = Workspace.open(ws.config.root)
     fresh.run(DATASET)
