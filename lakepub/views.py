@@ -187,6 +187,8 @@ def _file_problem(data, identity: list[int]) -> str | None:
         return f"delete files ({data.content.name.lower()}, e.g. {data.file_path})"
     if data.file_format != FileFormat.PARQUET:
         return f"a {data.file_format.name} data file ({data.file_path})"
+    if not identity:
+        return None
     held = set(data.value_counts or {}) | set(data.column_sizes or {}) | set(data.null_value_counts or {})
     if any(i not in held for i in identity):
         return f"identity partition column without metrics in {data.file_path}"

@@ -126,7 +126,6 @@ class Context:
         self._tables: dict[str, Any] = {}
         self._checksums: dict[str, dict[str, str]] = {}
         self._rebuilds: dict[str, list[str]] | None = None
-        self.distinct: dict[tuple, set[str]] = {}  # (table uuid, snapshot id, expression) -> labels
 
     def fork(self) -> "Context":
         """A context for another thread: the same workspace (its catalog is thread-safe), graph,
@@ -134,7 +133,7 @@ class Context:
         load in another)."""
         other = object.__new__(Context)
         other.ws, other.graph, other.resolved, other.versions = self.ws, self.graph, self.resolved, self.versions
-        other._tables, other._checksums, other._rebuilds, other.distinct = {}, {}, None, {}
+        other._tables, other._checksums, other._rebuilds = {}, {}, None
         return other
 
     def rebuild_tables(self) -> dict[str, list[str]]:
@@ -222,28 +221,11 @@ def candidates(ctx: Context, spec: DerivedSpec) -> set[str]:
 
 
 def _distinct_labels(ctx: Context, name: str, expr: PartitionBy) -> set[str]:
-    """The labels of ``expr`` over an input's published rows (read with DuckDB), remembered by
-    the input's snapshot (immutable) for the context: an offline rebuild plans again just before
-    its swap, and an input that did not move is not read again (~10-25 ms a scan)."""
-    table = ctx.table(name)
-    if table is None or table.metadata.current_snapshot_id is None:
-        return set()
-    key = (str(table.metadata.table_uuid), table.metadata.current_snapshot_id, expr.kind, expr.column, expr.buckets)
-    if key not in ctx.distinct:
-        ctx.distinct[key] = _scan_labels(ctx, table, expr)
-    return set(ctx.distinct[key])
+    """The labels of ``expr`` over an input's published rows (``derive/labels.py``: scanned with
+    DuckDB once per input snapshot, remembered in the process and the workspace)."""
+    from lakepub.derive.labels import distinct_labels
 
-
-def _scan_labels(ctx: Context, table, expr: PartitionBy) -> set[str]:
-    from lakepub import duck, views
-
-    con = duck.connect(ctx.ws.config.catalog)
-    try:
-        source = views.resolve(table, ctx.ws.config.root / ".lakepub" / "views").table_sql()
-        rows = con.execute(f"SELECT DISTINCT {duck.name(expr.column)} FROM {source}").to_arrow_table()
-    finally:
-        con.close()
-    return set(expr.labels(rows))  # "null" too: the rows whose column is null are a partition
+    return distinct_labels(ctx.ws, ctx.table(name), expr)
 
 
 def fingerprint(ctx: Context, spec: DerivedSpec, label: str) -> str:
