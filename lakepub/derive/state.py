@@ -157,6 +157,12 @@ class Context:
                 self._tables[name] = None
         return self._tables[name]
 
+    def remember(self, name: str, table):
+        """Take ``table`` as ``name``'s table as loaded now (just created or committed); returns it."""
+        self.forget(name)
+        self._tables[name] = table
+        return table
+
     def checksums(self, name: str) -> dict[str, str]:
         """{partition label: recorded checksum} of an upstream's published table."""
         if name not in self._checksums:
