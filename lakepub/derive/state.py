@@ -16,8 +16,9 @@ by label, the ``null`` partition never counting as one). Candidates are
 the output partitions the inputs' partitions map to: an input partitioned by the same column at
 the same or a finer time grain maps by label (``2025-10-03`` -> ``2025-10``); at a coarser grain
 P reads the one upstream partition its label falls in, and the candidates come from a
-``SELECT DISTINCT`` of the input column (a read of that column); any other input (partitioned
-otherwise) reads all its partitions for every P, candidates again from ``SELECT DISTINCT``. A dataset whose inputs are all ``all`` is one window,
+``SELECT DISTINCT`` of the input column (a read of that column, once per input snapshot:
+``derive/labels.py`` remembers it); any other input (partitioned otherwise) reads all its
+partitions for every P, candidates again from ``SELECT DISTINCT``. A dataset whose inputs are all ``all`` is one window,
 ``*``: every output partition at once.
 
 Windows pack the partitions (every candidate, not only the pending ones) in label order into
