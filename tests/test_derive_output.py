@@ -171,3 +171,21 @@ def test_duckdb_files_partitions_from_encoded_folders_and_codec_by_file_size(tmp
     assert duck_files._folder_label("s", "s=%2541/x.parquet") == "%41"
     assert duck_files._folder_label("s", "t=A/x.parquet") is None  # another field's folder
     assert duck_files._folder_label("s", "s=%FF/x.parquet") is None  # not UTF-8: no label
+
+
+def test_footer_equals_pyarrow_read_metadata(tmp_path):
+    """duck_files.footer reads a footer through pyarrow's private reader: the same metadata as
+    ``pq.read_metadata`` (row groups, columns, statistics), and a file that is not Parquet fails."""
+    import pyarrow.parquet as pq
+
+    from lakepub.store import duck_files
+
+    path = str(tmp_path / "f.parquet")
+    pq.write_table(pa.table({"a": [1, None, 3], "s": ["x", "y", None]}), path, row_group_size=2)
+    assert duck_files._ParquetReader is not None  # the fast path is the one taken with this pyarrow
+    mine, theirs = duck_files.footer(path), pq.read_metadata(path)
+    assert mine.equals(theirs) and mine.num_row_groups == 2
+    assert mine.row_group(1).column(1).statistics.null_count == 1
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    with pytest.raises(Exception):
+        duck_files.footer(str(tmp_path / "bad.parquet"))
