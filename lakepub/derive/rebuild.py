@@ -134,7 +134,7 @@ def finish(ctx: Context, name: str, into: str, expected: str, batching: Batching
         raise WindowRefused(f"{name} has a new data version: an offline rebuild swaps tables in one catalog "
                             "transaction, which needs a SQL catalog (SQLite or PostgreSQL)")
     ctx.forget(into)
-    again = plan_dataset(ctx, name, batching)
+    again = plan_dataset(ctx, name, batching, abandoned=False)  # the swap needs no listing of rebuild tables
     if again.blocked:
         raise WindowRefused(f"cannot swap in the rebuild {into} of {name}: {again.blocked}")
     if again.rebuild != into or again.pending:

@@ -280,11 +280,14 @@ def actual_state(table) -> tuple[dict[str, Actual], dict[str, Any] | None]:
 # --- the plan --------------------------------------------------------------------------------
 
 
-def plan_dataset(ctx: Context, name: str, batching: Batching = Batching()) -> DatasetPlan:
+def plan_dataset(ctx: Context, name: str, batching: Batching = Batching(), abandoned: bool = True) -> DatasetPlan:
+    """The plan of ``name``; ``abandoned=False``: without looking for abandoned rebuild tables
+    (a catalog listing; the rebuild's check just before its swap does not need them)."""
     from lakepub.derive.rebuild import abandoned_rebuilds
 
     plan = _plan_base(ctx, name) if name in ctx.graph.base else _plan_derived(ctx, name, batching)
-    plan.abandoned = abandoned_rebuilds(ctx, name, plan.current_version, plan.desired_version)
+    if abandoned:
+        plan.abandoned = abandoned_rebuilds(ctx, name, plan.current_version, plan.desired_version)
     return plan
 
 
