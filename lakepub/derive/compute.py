@@ -7,8 +7,7 @@
 2. runs the query in DuckDB, sandboxed (``duck.sandboxed``: it can read the inputs' table
    folders and no other file), with each input a view over its published snapshot (``views.py``:
    its data files as Parquet), a partitioned input filtered to the rows whose ``t(col)`` falls in
-   the window (``col >= start AND col < end`` per calendar span, or ``col IN (...)``), unless
-   the window holds every label that input's rows map to (``_reads_all``: a full build);
+   the window (``col >= start AND col < end`` per calendar span, or ``col IN (...)``);
 3. refuses (exit 3, nothing written) rows outside the window's partitions: the query moved rows
    across partitions, so its input expressions do not say what a partition reads;
 4. groups the rows by partition and checksums every partition from one sort (``output.py``);
