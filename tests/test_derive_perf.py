@@ -139,29 +139,3 @@ def test_input_labels_scanned_once_per_input_snapshot_and_remembered_on_disk(cli
     _ok(cli("reconcile"))
     oracle = "SELECT day, sum(cents) AS cents, count(*) AS n FROM orders_daily GROUP BY 1 ORDER BY 1"
     assert _rows(cli, "SELECT * FROM orders_by_day ORDER BY 1") == _rows(cli, oracle)
-
-
-def test_a_window_covering_every_input_label_reads_the_input_unfiltered(cli, ws_path):
-    """A full build's window holds every day the monthly input's rows map to: its query reads the
-    input without the window filter (compute._reads_all); a window of some days keeps the filter;
-    both equal the SQL run directly over the upstream."""
-    from lakepub.derive.compute import _reads_all
-    from lakepub.derive.state import Context, candidates, row_labels
-    from lakepub.workspace import Workspace
-
-    _publish(cli, ws_path, FIRST)
-    _define(ws_path, DAILY)
-    with Workspace.open(ws_path) as ws:
-        ctx = Context(ws)
-        spec = ctx.graph.derived["orders_by_day"]
-        days = sorted(candidates(ctx, spec))
-        assert row_labels(ctx, spec, "orders_daily") == set(days) and len(days) == 5
-        assert _reads_all(ctx, "orders_by_day", "orders_daily", days)
-        assert not _reads_all(ctx, "orders_by_day", "orders_daily", days[:2])
-    _ok(cli("reconcile"))  # one window of every day: unfiltered
-    oracle = "SELECT day, sum(cents) AS cents, count(*) AS n FROM orders_daily GROUP BY 1 ORDER BY 1"
-    assert _rows(cli, "SELECT * FROM orders_by_day ORDER BY 1") == _rows(cli, oracle)
-    _publish(cli, ws_path, [_order("Q", 1, days[0], 9)])  # one day stale: a window of it, filtered
-    _ok(cli("reconcile"))
-    assert _rows(cli, "SELECT * FROM orders_by_day ORDER BY 1") == _rows(cli, oracle)
-    assert _audit(ws_path, "orders_by_day") == 5

@@ -222,7 +222,7 @@ def run_query(ctx: Context, name: str, labels: list[str]) -> pa.Table:
     try:
         for upstream, inp in spec.inputs.items():
             source = views.resolve(ctx.table(upstream), cache).table_sql()
-            where = "" if inp.expr is None or labels == [WHOLE] or _reads_all(ctx, name, upstream, labels) else \
+            where = "" if inp.expr is None or labels == [WHOLE] else \
                 f" WHERE {_filter(inp.expr, labels, _column_type(ctx, upstream, inp.expr.column))}"
             con.execute(f"CREATE OR REPLACE TEMP VIEW {duck.name(upstream)} AS SELECT * FROM {source}{where}")
         try:
@@ -233,18 +233,6 @@ def run_query(ctx: Context, name: str, labels: list[str]) -> pa.Table:
     finally:
         con.close()
     return result.select(schema.names).cast(schema)
-
-
-def _reads_all(ctx: Context, name: str, upstream: str, labels: list[str]) -> bool:
-    """Whether the window reads every row of ``upstream`` anyway: its labels include every label
-    the input's rows map to (known exactly from its rows: ``state.row_labels``, the plan's scan of
-    this snapshot, remembered). Then the filter is left out (a full build of the 365-day rollup
-    over 10M rows: ~6 ms of its query). A row outside the window's partitions would still be
-    refused (step 3), never dropped."""
-    from lakepub.derive.state import row_labels
-
-    every = row_labels(ctx, ctx.graph.derived[name], upstream)
-    return every is not None and every <= set(labels)
 
 
 def _column_type(ctx: Context, dataset: str, column: str) -> pa.DataType:

@@ -223,17 +223,8 @@ def candidates(ctx: Context, spec: DerivedSpec) -> set[str]:
         elif mapping == "finer":
             out.update(u[:_GRAIN[inp.expr.kind]] for u in live)
         else:
-            out.update(row_labels(ctx, spec, name))
+            out.update(_distinct_labels(ctx, name, inp.expr))
     return out
-
-
-def row_labels(ctx: Context, spec: DerivedSpec, name: str) -> set[str] | None:
-    """Every output label input ``name``'s rows map to, when the candidates come from its rows
-    (a ``SELECT DISTINCT`` of the expression over its current snapshot, remembered); None when
-    they come from its recorded partitions (``same``, ``finer``)."""
-    if upstream_map(ctx, spec, name) in ("same", "finer"):
-        return None
-    return _distinct_labels(ctx, name, spec.inputs[name].expr)
 
 
 def _distinct_labels(ctx: Context, name: str, expr: PartitionBy) -> set[str]:
