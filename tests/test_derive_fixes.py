@@ -81,12 +81,12 @@ def test_an_input_that_moved_just_before_the_swap_is_exit_4_and_a_retry_succeeds
     real = rebuild.plan_dataset
     moved = []
 
-    def input_moves_first(ctx, name, batching):  # new input lands between the last window and the swap
+    def input_moves_first(ctx, name, batching, **options):  # new input lands between the last window and the swap
         if not moved:
             moved.append(1)
             _publish(cli, ws_path, [_order("Z", 1, "2025-11-20", 77)])
             ctx.forget("orders_daily")
-        return real(ctx, name, batching)
+        return real(ctx, name, batching, **options)
 
     monkeypatch.setattr(rebuild, "plan_dataset", input_moves_first)
     before = _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1")

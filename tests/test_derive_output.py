@@ -130,3 +130,62 @@ def _record(value):
     from pyiceberg.typedef import Record
 
     return Record(value)
+
+
+@pytest.mark.parametrize("per", [1, 40])
+def test_duckdb_files_partitions_from_encoded_folders_and_codec_by_file_size(tmp_path, per):
+    """Each file's partition is its folder's value, decoded exactly (DuckDB percent-encodes it:
+    labels '%41' and 'A' stay apart); files of a few rows are snappy, larger ones the table's zstd."""
+    import pyarrow.parquet as pq
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
+
+    from lakepub.projection.partitioning import iceberg_type
+    from lakepub.store import duck_files
+    from lakepub.store.write import append_files, transaction
+
+    labels = ["%41", "A", "a b/c=d", "100%", "é+x", "~'!"]
+    rows = pa.table({"s": pa.array([s for s in labels for _ in range(per)], pa.string()),
+                     "n": pa.array(range(per * len(labels)), pa.int64())})
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
+    catalog.create_namespace("ns")
+    schema = Schema(*[NestedField(i, f.name, iceberg_type(f.type), required=False)
+                      for i, f in enumerate(rows.schema, start=1)])
+    partition = PartitionBy.parse("identity(s)", "test")
+    table = catalog.create_table("ns.t", schema=schema, partition_spec=partition.iceberg_spec(schema),
+                                 properties={"write.parquet.compression-codec": "zstd"})
+    g = group(rows, partition)
+    files = duck_files.write_partitions(table.metadata, g.rows, g.index, g.values, g.labels)
+    assert sorted(f.partition[0] for f in files) == sorted(labels)
+    codec = "SNAPPY" if per < duck_files.SMALL_FILE_ROWS else "ZSTD"
+    for f in files:
+        meta = pq.read_metadata(f.file_path[len("file://"):])
+        assert meta.row_group(0).column(0).compression == codec
+        assert set(pq.read_table(f.file_path[len("file://"):])["s"].to_pylist()) == {f.partition[0]}
+    tx = transaction(table)
+    append_files(tx, files, {})
+    tx.commit_transaction()
+    back = catalog.load_table("ns.t").scan().to_arrow()
+    assert partition_checksum(back.cast(rows.schema)) == partition_checksum(rows)
+    assert duck_files._folder_label("s", "s=%2541/x.parquet") == "%41"
+    assert duck_files._folder_label("s", "t=A/x.parquet") is None  # another field's folder
+    assert duck_files._folder_label("s", "s=%FF/x.parquet") is None  # not UTF-8: no label
+
+
+def test_footer_equals_pyarrow_read_metadata(tmp_path):
+    """duck_files.footer reads a footer through pyarrow's private reader: the same metadata as
+    ``pq.read_metadata`` (row groups, columns, statistics), and a file that is not Parquet fails."""
+    import pyarrow.parquet as pq
+
+    from lakepub.store import duck_files
+
+    path = str(tmp_path / "f.parquet")
+    pq.write_table(pa.table({"a": [1, None, 3], "s": ["x", "y", None]}), path, row_group_size=2)
+    assert duck_files._ParquetReader is not None  # the fast path is the one taken with this pyarrow
+    mine, theirs = duck_files.footer(path), pq.read_metadata(path)
+    assert mine.equals(theirs) and mine.num_row_groups == 2
+    assert mine.row_group(1).column(1).statistics.null_count == 1
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    with pytest.raises(Exception):
+        duck_files.footer(str(tmp_path / "bad.parquet"))

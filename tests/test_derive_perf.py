@@ -75,3 +75,67 @@ def test_threaded_build_with_duckdb_files_audits_and_equals_the_oracle(cli, ws_p
     assert _rows(cli, "SELECT * FROM orders_by_day ORDER BY 1") == [
         {**r, "n": r["n"] + 1} for r in _rows(cli, oracle)]
     assert _audit(ws_path, "orders_by_day") == 6
+
+
+def test_audit_reads_the_listed_files_from_remembered_manifest_entries(cli, ws_path, monkeypatch):
+    """The rebuild audit's read-back (``rebuild._source``) takes the live files from the entries
+    of manifests this process already decoded or wrote, the same files ``views.resolve`` plans
+    from the manifests; a table with another schema history falls back to ``views.resolve``."""
+    from pyiceberg.manifest import ManifestFile
+
+    from lakepub import views
+    from lakepub.store.duck_files import live_files
+    from lakepub.store.layout import summary_id
+    from lakepub.workspace import Workspace
+
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, DAILY)
+    _ok(cli("reconcile", "--batch-partitions", "2"))
+    with Workspace.open(ws_path) as ws:
+        table = ws.catalog.load_table(summary_id(ws.config.namespace, "orders_by_day"))
+        planned = views.resolve(table)
+        known = views.resolve_files(table, live_files(table))
+    assert known.fallback is None and sorted(known.files) == sorted(planned.files) and len(known.files) == 5
+    assert known.table_sql().startswith("read_parquet(")
+    decoded = []
+    original = ManifestFile.fetch_manifest_entry
+    monkeypatch.setattr(ManifestFile, "fetch_manifest_entry",
+                        lambda self, *a, **k: decoded.append(self.manifest_path) or original(self, *a, **k))
+    assert _audit(ws_path, "orders_by_day") == 5
+    assert decoded == []  # every manifest's entries were at hand
+
+
+def test_input_labels_scanned_once_per_input_snapshot_and_remembered_on_disk(cli, ws_path, monkeypatch):
+    """A daily output over the monthly orders_daily: its candidates are the input's distinct days
+    (``derive/labels.py``), scanned once per input snapshot; a new process reads them from
+    ``.lakepub/labels/`` (a damaged file is ignored), a new input snapshot is scanned again."""
+    from lakepub.derive import labels
+    from lakepub.derive.state import Context, candidates
+    from lakepub.workspace import Workspace
+
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, DAILY)
+    scans = []
+    original = labels._scan
+    monkeypatch.setattr(labels, "_scan", lambda *a: scans.append(1) or original(*a))
+
+    def days() -> set[str]:
+        with Workspace.open(ws_path) as ws:
+            ctx = Context(ws)
+            return candidates(ctx, ctx.graph.derived["orders_by_day"])
+
+    labels.clear_memo()
+    first = days()
+    assert len(first) == 5 and len(scans) == 1
+    assert days() == first and len(scans) == 1  # the process memo
+    labels.clear_memo()  # as a new process: from the file
+    assert days() == first and len(scans) == 1
+    (cache,) = (ws_path / ".lakepub" / "labels").glob("*.json")
+    cache.write_text("{not json")
+    labels.clear_memo()
+    assert days() == first and len(scans) == 2  # a damaged file: scanned again (and rewritten)
+    _publish(cli, ws_path, [_order("Z", 1, "2025-12-01", 5)])  # a new input snapshot, one more day
+    assert days() == first | {"2025-12-01"} and len(scans) == 3
+    _ok(cli("reconcile"))
+    oracle = "SELECT day, sum(cents) AS cents, count(*) AS n FROM orders_daily GROUP BY 1 ORDER BY 1"
+    assert _rows(cli, "SELECT * FROM orders_by_day ORDER BY 1") == _rows(cli, oracle)

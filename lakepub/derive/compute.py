@@ -325,10 +325,10 @@ def ensure_table(ctx: Context, name: str, into: str | None = None):
     if table is not None:  # created by a run that crashed before its first window, for other columns
         catalog.drop_table(ident)
     ensure_namespace(catalog, ctx.ws.config.namespace)
-    create_or_load(catalog, ident, lambda: catalog.create_table(
-        ident, schema=schema, partition_spec=spec.partition.iceberg_spec(schema), properties=props))
-    ctx.forget(into or name)
-    return ctx.table(into or name)
+    # The table create_table returns (or the one a concurrent writer created, loaded) is the one
+    # in the catalog now: remembered as loaded, not loaded once more (~2-3 ms per build).
+    return ctx.remember(into or name, create_or_load(catalog, ident, lambda: catalog.create_table(
+        ident, schema=schema, partition_spec=spec.partition.iceberg_spec(schema), properties=props)))
 
 
 def _try_commit(ctx: Context, table, name: str, labels: list[str], nonempty: set[str], files: list,

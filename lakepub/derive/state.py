@@ -16,8 +16,9 @@ by label, the ``null`` partition never counting as one). Candidates are
 the output partitions the inputs' partitions map to: an input partitioned by the same column at
 the same or a finer time grain maps by label (``2025-10-03`` -> ``2025-10``); at a coarser grain
 P reads the one upstream partition its label falls in, and the candidates come from a
-``SELECT DISTINCT`` of the input column (a read of that column); any other input (partitioned
-otherwise) reads all its partitions for every P, candidates again from ``SELECT DISTINCT``. A dataset whose inputs are all ``all`` is one window,
+``SELECT DISTINCT`` of the input column (a read of that column, once per input snapshot:
+``derive/labels.py`` remembers it); any other input (partitioned otherwise) reads all its
+partitions for every P, candidates again from ``SELECT DISTINCT``. A dataset whose inputs are all ``all`` is one window,
 ``*``: every output partition at once.
 
 Windows pack the partitions (every candidate, not only the pending ones) in label order into
@@ -126,7 +127,6 @@ class Context:
         self._tables: dict[str, Any] = {}
         self._checksums: dict[str, dict[str, str]] = {}
         self._rebuilds: dict[str, list[str]] | None = None
-        self.distinct: dict[tuple, set[str]] = {}  # (table uuid, snapshot id, expression) -> labels
 
     def fork(self) -> "Context":
         """A context for another thread: the same workspace (its catalog is thread-safe), graph,
@@ -134,7 +134,7 @@ class Context:
         load in another)."""
         other = object.__new__(Context)
         other.ws, other.graph, other.resolved, other.versions = self.ws, self.graph, self.resolved, self.versions
-        other._tables, other._checksums, other._rebuilds, other.distinct = {}, {}, None, {}
+        other._tables, other._checksums, other._rebuilds = {}, {}, None
         return other
 
     def rebuild_tables(self) -> dict[str, list[str]]:
@@ -157,6 +157,12 @@ class Context:
             except NoSuchTableError:
                 self._tables[name] = None
         return self._tables[name]
+
+    def remember(self, name: str, table):
+        """Take ``table`` as ``name``'s table as loaded now (just created or committed); returns it."""
+        self.forget(name)
+        self._tables[name] = table
+        return table
 
     def checksums(self, name: str) -> dict[str, str]:
         """{partition label: recorded checksum} of an upstream's published table."""
@@ -222,28 +228,11 @@ def candidates(ctx: Context, spec: DerivedSpec) -> set[str]:
 
 
 def _distinct_labels(ctx: Context, name: str, expr: PartitionBy) -> set[str]:
-    """The labels of ``expr`` over an input's published rows (read with DuckDB), remembered by
-    the input's snapshot (immutable) for the context: an offline rebuild plans again just before
-    its swap, and an input that did not move is not read again (~10-25 ms a scan)."""
-    table = ctx.table(name)
-    if table is None or table.metadata.current_snapshot_id is None:
-        return set()
-    key = (str(table.metadata.table_uuid), table.metadata.current_snapshot_id, expr.kind, expr.column, expr.buckets)
-    if key not in ctx.distinct:
-        ctx.distinct[key] = _scan_labels(ctx, table, expr)
-    return set(ctx.distinct[key])
+    """The labels of ``expr`` over an input's published rows (``derive/labels.py``: scanned with
+    DuckDB once per input snapshot, remembered in the process and the workspace)."""
+    from lakepub.derive.labels import distinct_labels
 
-
-def _scan_labels(ctx: Context, table, expr: PartitionBy) -> set[str]:
-    from lakepub import duck, views
-
-    con = duck.connect(ctx.ws.config.catalog)
-    try:
-        source = views.resolve(table, ctx.ws.config.root / ".lakepub" / "views").table_sql()
-        rows = con.execute(f"SELECT DISTINCT {duck.name(expr.column)} FROM {source}").to_arrow_table()
-    finally:
-        con.close()
-    return set(expr.labels(rows))  # "null" too: the rows whose column is null are a partition
+    return distinct_labels(ctx.ws, ctx.table(name), expr)
 
 
 def fingerprint(ctx: Context, spec: DerivedSpec, label: str) -> str:
@@ -291,11 +280,14 @@ def actual_state(table) -> tuple[dict[str, Actual], dict[str, Any] | None]:
 # --- the plan --------------------------------------------------------------------------------
 
 
-def plan_dataset(ctx: Context, name: str, batching: Batching = Batching()) -> DatasetPlan:
+def plan_dataset(ctx: Context, name: str, batching: Batching = Batching(), abandoned: bool = True) -> DatasetPlan:
+    """The plan of ``name``; ``abandoned=False``: without looking for abandoned rebuild tables
+    (a catalog listing; the rebuild's check just before its swap does not need them)."""
     from lakepub.derive.rebuild import abandoned_rebuilds
 
     plan = _plan_base(ctx, name) if name in ctx.graph.base else _plan_derived(ctx, name, batching)
-    plan.abandoned = abandoned_rebuilds(ctx, name, plan.current_version, plan.desired_version)
+    if abandoned:
+        plan.abandoned = abandoned_rebuilds(ctx, name, plan.current_version, plan.desired_version)
     return plan
 
 

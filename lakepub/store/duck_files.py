@@ -9,13 +9,18 @@ its own threads (~0.1 ms a file), which is what the issue's baseline does. Here:
    partition's label, named like the Iceberg partition field (``day_day``), and ``COPY`` writes
    them under ``<table>/data/<field>=<label>/00000-<i>-<uuid>.parquet`` with ``FIELD_IDS`` set
    from the Iceberg schema (so readers resolve columns by field id, as for pyiceberg's files), the
-   table's codec and row-group limit, the label column itself not written (Hive style: it is
+   table's row-group limit and codec (see below), the label column itself not written (Hive style: it is
    only the folder name; the partition's source column is written like any column);
 2. each file becomes a ``DataFile`` from its Parquet footer with pyiceberg's own statistics
    extraction (``data_file_statistics_from_parquet_metadata``, the same call ``FileWriter`` and
    pyiceberg's ``add_files`` use), so record counts, bounds and metrics modes are exactly what
-   pyiceberg would record for those bytes; its partition is the value of the label DuckDB
-   reports for the file (``RETURN_STATS``), mapped back to the Iceberg value it came from.
+   pyiceberg would record for those bytes; its partition is the label in the file's folder
+   (``RETURN_FILES`` lists the files; DuckDB percent-encodes the folder value, decoded exactly),
+   mapped back to the Iceberg value it came from.
+
+The codec is the table's (zstd by default), except for windows of a few rows per file (a daily
+rollup: one row each), written with snappy (``file_codec``: zstd's per-column-chunk setup cost
+~20 ms more for 365 one-row files, which came out larger, not smaller).
 
 Only for a local warehouse (a path or ``file://``) and flat schemas of boolean, int, long,
 decimal, date, timestamp(tz) and string columns (no float/double: DuckDB's dictionary encoding
@@ -24,6 +29,7 @@ ones pyiceberg reads back and writes itself); ``write_partitions`` returns None 
 caller writes with ``FileWriter``. ``tests/test_derive_output.py`` pins the result against
 ``FileWriter``'s files for the same rows (same rows read back, same partition, counts, bounds).
 
+pyarrow internals used (fenced here): ``_parquet.ParquetReader`` (``footer``).
 pyiceberg internals used (fenced here): ``compute_statistics_plan``,
 ``data_file_statistics_from_parquet_metadata``, ``parquet_path_to_id_mapping``,
 ``_get_parquet_writer_kwargs``' property names; plus ``store.write._live_entries`` for
@@ -36,9 +42,9 @@ import os
 import threading
 import uuid
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import compute_statistics_plan, data_file_statistics_from_parquet_metadata, \
     parquet_path_to_id_mapping
@@ -111,12 +117,16 @@ def write_partitions(metadata: TableMetadata, rows: pa.Table, index: pa.Array, v
     local = _local_dir(metadata.location).rstrip("/")
     data = f"{local}/data"
     props = metadata.properties
-    codec = props.get(TableProperties.PARQUET_COMPRESSION, TableProperties.PARQUET_COMPRESSION_DEFAULT)
+    codec = file_codec(props.get(TableProperties.PARQUET_COMPRESSION, TableProperties.PARQUET_COMPRESSION_DEFAULT),
+                       rows.num_rows, len(labels))
     row_group = int(props.get(TableProperties.PARQUET_ROW_GROUP_LIMIT, TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT))
     ids = ", ".join(f'"{f.name}": {f.field_id}' for f in schema.fields)
     names = ", ".join(_quote(f.name) for f in schema.fields)
     tag = uuid.uuid4()
-    options = f"FORMAT parquet, FIELD_IDS {{{ids}}}, COMPRESSION {codec}, ROW_GROUP_SIZE {row_group}, RETURN_STATS true"
+    # RETURN_FILES, not RETURN_STATS: the statistics come from the footers (pyiceberg's own code,
+    # below); DuckDB's per-file statistics rows cost ~15 ms for 365 files and were only used for
+    # the file's size and partition, which the path and a stat give.
+    options = f"FORMAT parquet, FIELD_IDS {{{ids}}}, COMPRESSION {codec}, ROW_GROUP_SIZE {row_group}, RETURN_FILES true"
     con = _connection()
     if spec.fields:
         field = _folder_column(metadata)
@@ -132,31 +142,27 @@ def write_partitions(metadata: TableMetadata, rows: pa.Table, index: pa.Array, v
     os.makedirs(data, exist_ok=True)
     con.register("_lakepub_rows", rows)
     try:
-        # As Arrow, only the columns used: ``fetchall`` built a Python dict per file of every
-        # column's statistics (~14 ms for 365 files).
-        written = con.execute(sql).to_arrow_table()
+        (_, filenames), = con.execute(sql).fetchall()
     finally:
         con.unregister("_lakepub_rows")
-    filenames = written.column("filename").to_pylist()
-    sizes = written.column("file_size_bytes").to_pylist()
-    keys = pc.map_lookup(written.column("partition_keys"), pa.scalar(field, pa.string()), "first").to_pylist() \
-        if field is not None else [None] * len(filenames)
     by_label = {label: i for i, label in enumerate(folders if field is not None else labels)}
     plan = compute_statistics_plan(schema, props)
     mapping = parquet_path_to_id_mapping(schema)
     out = []
-    for filename, size, label in zip(filenames, sizes, keys):
+    for filename in filenames:
+        if not filename.startswith(data + "/"):
+            raise BlockedError(f"DuckDB wrote {filename} outside the table folder {local}; nothing was committed")
         if field is None:
             partition = Record()
         else:
+            label = _folder_label(field, filename[len(data) + 1:])
             if label not in by_label:
                 raise BlockedError(f"DuckDB wrote {filename} for partition {label!r}, not one of the window's; "
                                    "nothing was committed (the file is an orphan the janitor removes)")
             partition = Record(values[by_label[label]])
-        if not filename.startswith(local + "/"):
-            raise BlockedError(f"DuckDB wrote {filename} outside the table folder {local}; nothing was committed")
+        size = os.stat(filename).st_size
         stats = data_file_statistics_from_parquet_metadata(
-            parquet_metadata=pq.read_metadata(filename), stats_columns=plan, parquet_column_mapping=mapping)
+            parquet_metadata=footer(filename), stats_columns=plan, parquet_column_mapping=mapping)
         data_file = DataFile.from_args(
             content=DataFileContent.DATA,
             file_path=metadata.location.rstrip("/") + filename[len(local):],
@@ -174,13 +180,62 @@ def write_partitions(metadata: TableMetadata, rows: pa.Table, index: pa.Array, v
     return out
 
 
+def _folder_label(field: str, relative: str) -> str | None:
+    """The folder value of a file DuckDB wrote at ``relative`` (``<field>=<value>/<name>``, the
+    value percent-encoded by DuckDB: ``%`` itself too, so decoding is exact), or None."""
+    folder, sep, name = relative.partition("/")
+    key, eq, value = folder.partition("=")
+    if not sep or "/" in name or key != field or not eq:
+        return None
+    try:
+        return unquote(value, errors="strict")
+    except UnicodeDecodeError:
+        return None
+
+
+# Rows per file under which the window's files are written with snappy whatever the table's
+# codec (zstd by default): DuckDB sets zstd up per column chunk, ~55 us each; 365 one-row files
+# of 3 columns took ~20 ms more than with snappy and came out 5% larger (at 100 rows a file zstd
+# is 24% smaller, at 1,000 36%: larger files keep the table's codec). The codec is per file in
+# Parquet (every reader reads either); the property is the writer's default, not a constraint.
+SMALL_FILE_ROWS = 16
+_SETUP_HEAVY = {"zstd", "gzip", "brotli"}
+
+
+def file_codec(table_codec: str, rows: int, files: int) -> str:
+    """The codec of a window's files: the table's, or snappy for files of a few rows each."""
+    if table_codec in _SETUP_HEAVY and files and rows < SMALL_FILE_ROWS * files:
+        return "snappy"
+    return table_codec
+
+
+def footer(path: str) -> pq.FileMetaData:
+    """The Parquet footer of local file ``path``: ``pq.read_metadata`` without its ``ParquetFile``
+    wrapper and file-system resolution (pyarrow's ``_parquet.ParquetReader``, which that wrapper
+    opens; 365 files: ~11 -> ~4.5 ms, 15 rounds), pinned in tests/test_derive_output.py."""
+    if _ParquetReader is None:
+        return pq.read_metadata(path)
+    reader = _ParquetReader()
+    reader.open(path)
+    return reader.metadata
+
+
+try:  # pyarrow's private reader (see ``footer``); the public call if it moved
+    from pyarrow._parquet import ParquetReader as _ParquetReader
+except ImportError:  # pragma: no cover - another pyarrow
+    _ParquetReader = None
+
+
 _NAME_MAX = 200  # bytes of a folder name kept readable (file systems refuse names over 255 bytes)
 
 
 def folder_value(field: str, label: str) -> str:
     """The partition's folder value: its label, or ``h-<sha256 of it>`` when the escaped name
     ``<field>=<label>`` could be too long for a folder (DuckDB escapes a byte as up to 3)."""
-    escaped = sum(1 if (b < 128 and chr(b).isalnum()) else 3 for b in f"{field}={label}".encode())
+    name = f"{field}={label}".encode()
+    if 3 * len(name) <= _NAME_MAX:  # short enough even if every byte is escaped (365 labels: ~1 ms less)
+        return label
+    escaped = sum(1 if (b < 128 and chr(b).isalnum()) else 3 for b in name)
     if escaped <= _NAME_MAX:
         return label
     import hashlib
