@@ -37,7 +37,9 @@ EXIT_CODES_HELP = (
 )
 
 
-def _ws(ctx: click.Context) -> Workspace:
+def _ws(ctx: click.Context, run: tuple[str, Path | None] | None = None) -> Workspace:
+    """The workspace of ``-w``; ``run`` = (dataset, --landing) for ``lakepub run``, whose landing
+    source starts reading on a thread as soon as the configuration is loaded (``_prefetching``)."""
     import gc
 
     # The workspace's imports (pyiceberg's pydantic models, SQLAlchemy, pyarrow) only build objects
@@ -50,13 +52,37 @@ def _ws(ctx: click.Context) -> Workspace:
     if enabled:
         gc.disable()
     try:
+        config, prefetched = _prefetching(ctx.obj["workspace"], *run) if run is not None else (None, None)
         from lakepub.workspace import Workspace
     finally:
         if enabled:
             gc.freeze()
             gc.set_threshold(20_000, 10, 10)
             gc.enable()
-    return Workspace.open(ctx.obj["workspace"])
+    return Workspace(config, prefetched=prefetched) if config is not None else Workspace.open(ctx.obj["workspace"])
+
+
+def _prefetching(path: Path, dataset: str, landing: Path | None) -> tuple[Any, Any]:
+    """``lakepub run``: load the configuration (~0.35 s of imports: pydantic, pyarrow, SQLAlchemy's
+    URL parser), then start the landing source counting its segments and parsing the first pending
+    one on a thread (``LandingSource.prefetch``; the position guessed by the quick path's catalog
+    read) *before* importing pyiceberg and the publisher (~0.3 s more): that first read (~0.25 s
+    of CPU, GIL released) no longer waits for the imports and the catalog. Nothing is prefetched
+    for a dataset the configuration does not know (the workspace then reports it)."""
+    from lakepub.config import open_config
+
+    config = open_config(path)
+    try:
+        spec = config.dataset(dataset)
+    except Exception:  # noqa: BLE001 - reported by Workspace.run
+        return config, None
+    from lakepub.landing import LandingSource
+    from lakepub.quick.catalog import committed_guess
+
+    source = LandingSource(config.landing_dir(spec.source, landing), spec.contract)
+    if not source.exists():
+        return config, None
+    return config, source.prefetch(lambda: committed_guess(config.root, dataset, spec.source))
 
 
 
@@ -174,7 +200,7 @@ def run(ctx: click.Context, dataset: str, landing: Path | None, max_batch: int, 
 
     if interval is not None and not follow:
         raise UserError("--interval only applies with --follow (lakepub run DATASET --follow --interval 10s)")
-    ws = _ws(ctx)
+    ws = _ws(ctx, (dataset, landing) if not follow else None)
     if follow:
         from lakepub.publish.follow_cli import run_follow
 

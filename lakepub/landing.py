@@ -18,6 +18,7 @@ is a record. Partition folder names follow ``positions.NAME``.
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -92,10 +93,61 @@ class LandingSource:
         self.folder = Path(folder)
         self.contract = contract
         self._counts: dict[tuple[Path, int, int], SegmentCount] = {}
+        self._parsed: dict[tuple[Path, int, int, int | None], pa.Table] = {}  # by prefetch(), read once
+        self._early: threading.Thread | None = None
+
+    def prefetch(self, guess: Callable[[], Vector]) -> "LandingSource":
+        """Count every segment and parse the first pending segment of each partition on a thread,
+        from the position ``guess()`` returns, while the process goes on importing and opening the
+        catalog (``lakepub run``: pyarrow's JSON reader, file reads and numpy release the GIL).
+
+        Only a cache: counts are keyed by (path, size, mtime) like ``count``'s, a parsed segment by
+        that and the bytes read, and whatever the thread did not do or got wrong (an error, a bad
+        guess, a file changed since) is done again where it is needed, which reports its errors.
+        """
+        def work() -> None:
+            try:
+                self.count_all()
+                committed = guess()
+                for part in self.partitions():
+                    segments = self.segments(part)
+                    offset = committed.get(part, 0)
+                    for i, seg in enumerate(segments):
+                        key = _stat_key(seg)
+                        n, size = self.count(seg, last=i == len(segments) - 1)
+                        if offset < n:
+                            self._parsed[(*key, size)] = self._read(seg, size)
+                            break
+                        offset -= n
+            except Exception:  # noqa: BLE001 - the main path does it again and reports it
+                pass
+
+        self._early = threading.Thread(target=work, name="lakepub-prefetch")
+        self._early.start()
+        return self
+
+    def _wait_prefetch(self) -> None:
+        if self._early is not None and self._early is not threading.current_thread():
+            self._early.join()
+            self._early = None
+
+    def _read(self, segment: Path, size: int | None) -> pa.Table:
+        if size is None:
+            return read_jsonl_events(segment, self.contract)
+        with open(segment, "rb") as fh:  # only the complete lines: a producer may still be writing the last one
+            return read_jsonl_events(fh.read(size), self.contract, str(segment))
+
+    def read_segment(self, segment: Path, size: int | None) -> pa.Table:
+        """A segment's records (its first ``size`` bytes; None: all), parsed by ``prefetch`` if it
+        read the same file in the same state, else now."""
+        self._wait_prefetch()
+        table = self._parsed.pop((*_stat_key(segment), size), None)
+        return table if table is not None else self._read(segment, size)
 
     def count(self, segment: Path, last: bool = False) -> tuple[int, int | None]:
         """(records, bytes holding them; None = all) of a segment, ``last`` if it is its partition's
         newest; cached while its size and modification time are unchanged."""
+        self._wait_prefetch()
         key = _stat_key(segment)
         if key not in self._counts:
             self._counts[key] = count_records(segment)
@@ -103,6 +155,7 @@ class LandingSource:
 
     def count_all(self) -> None:
         """Count every segment not counted yet, two at a time (file reads and numpy release the GIL)."""
+        self._wait_prefetch()
         keys = [key for part in self.partitions() for key in map(_stat_key, self.segments(part))
                 if key not in self._counts]
         if len(keys) < 2:
@@ -158,7 +211,9 @@ class LandingSource:
         (up to ``until``, when given: a partition it does not name yields nothing)."""
         if max_batch < 1:
             raise InvalidPosition("--max-batch must be at least 1")
-        cursors = {p: _Cursor(self.segments(p), committed.get(p, 0), self.count, self.contract) for p in self.partitions()}
+        self._wait_prefetch()
+        cursors = {p: _Cursor(self.segments(p), committed.get(p, 0), self.count, self.read_segment, self.contract)
+                   for p in self.partitions()}
         position = {p: committed.get(p, 0) for p in cursors}
         if until is not None:
             for p, n in until.items():
@@ -172,6 +227,7 @@ class LandingSource:
                 return
             start = dict(position)
             parts = [cursors[p].take(n) for p, n in shares.items() if n]
+            self._parsed.clear()  # what the prefetch guessed wrong is not kept for the whole run
             for p, n in shares.items():
                 position[p] += n
             yield pa.concat_tables(parts), start, dict(position)
@@ -199,8 +255,9 @@ class _Cursor:
     """Reads one partition's records sequentially from an offset, a segment at a time."""
 
     def __init__(self, segments: list[Path], offset: int, count: Callable[[Path, bool], tuple[int, int | None]],
-                 contract: Contract = ORDERS_CONTRACT):
+                 read: Callable[[Path, int | None], pa.Table], contract: Contract = ORDERS_CONTRACT):
         self._segments = list(segments)
+        self._read = read
         self._contract = contract
         counted = [count(s, i == len(self._segments) - 1) for i, s in enumerate(self._segments)]
         self._counts = [n for n, _ in counted]
@@ -219,11 +276,7 @@ class _Cursor:
         while n > 0:
             if self._loaded is None:
                 segment, size = self._segments[self._index], self._sizes[self._index]
-                if size is None:
-                    table = read_jsonl_events(segment, self._contract)
-                else:  # only the complete lines: a producer may still be writing the last one
-                    with open(segment, "rb") as fh:
-                        table = read_jsonl_events(fh.read(size), self._contract, str(segment))
+                table = self._read(segment, size)
                 if table.num_rows != self._counts[self._index]:
                     # Positions count lines; a record spread over lines, or several on one line,
                     # would shift every position after it, so refuse the segment.

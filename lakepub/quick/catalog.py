@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lakepub.store.record import latest_record
+
 CONFIG_FILE = "lakepub.yaml"
 RECORD = Path(".lakepub") / "quick" / "workspace.json"
 VERSION = 2  # 2: "partners" (DUAL_WRITE views) recorded
@@ -318,3 +320,20 @@ def retirement(table: QuickTable | None) -> tuple[str, int, float] | None:
         return str(raw.get("state", "retired")), int(raw["at_ms"]), float(raw["grace_s"])
     except (ValueError, KeyError, TypeError, AttributeError):
         return "retired", 0, float("inf")
+
+
+def committed_guess(root: Path, dataset: str, source: str) -> dict[str, int]:
+    """The position of ``source`` that ``lakepub run dataset`` will most likely find, read without
+    pyiceberg (the newest lakepub record of the dataset's table through the remembered catalog
+    row), for ``LandingSource.prefetch``: a guess, never a position anything is published at.
+    {} when unknown (nothing remembered, no table yet, any error)."""
+    try:
+        qw = QuickWorkspace.open(root)
+        try:
+            table = qw.table(dataset)
+        finally:
+            qw.close()
+        record = latest_record(table) if table is not None else None  # type: ignore[arg-type]
+        return dict(record.positions.get(source, {})) if record is not None else {}
+    except Exception:  # noqa: BLE001 - a wrong guess only costs the prefetch
+        return {}

@@ -1,0 +1,118 @@
+"""`lakepub run` starts reading the landing source on a thread before it imports the publisher
+(``LandingSource.prefetch``): only a cache, so a right guess is used, and a wrong guess, a file
+changed since or a failing guess changes nothing that is published."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+
+from lakepub.config import open_config
+from lakepub.generate import generate_stream, oracle_summary, read_stream
+from lakepub.landing import LandingSource
+from lakepub.quick.catalog import committed_guess
+from lakepub.workspace import Workspace
+
+
+def _published(root) -> dict:
+    return {r["day"]: (r["cents"], r["orders"]) for r in
+            Workspace.open(root).query("SELECT * FROM orders_daily").to_pylist()}
+
+
+def _reads(monkeypatch) -> list[str]:
+    """The names of the threads that parsed a segment."""
+    seen: list[str] = []
+    real = LandingSource._read
+
+    def spy(self, segment, size):
+        seen.append(threading.current_thread().name)
+        return real(self, segment, size)
+
+    monkeypatch.setattr(LandingSource, "_read", spy)
+    return seen
+
+
+def _prefetched_run(root, guess, **run) -> tuple[Workspace, object]:
+    config = open_config(root)
+    spec = config.dataset("orders_daily")
+    source = LandingSource(config.landing_dir(spec.source), spec.contract).prefetch(guess)
+    ws = Workspace(config, prefetched=source)
+    return ws, ws.run("orders_daily", **run)
+
+
+def test_cli_run_reads_the_first_segment_on_the_prefetch_thread_at_the_guessed_position(ws, cli, monkeypatch,
+                                                                                         tmp_path):
+    landing = ws.config.landing_dir("orders")
+    stream = tmp_path / "stream"
+    generate_stream(stream, events=4000, partitions=2, days=40, seed=3, segment_size=500)
+    later = sorted(stream.glob("p*/0000[34].jsonl"))  # p0: 480 records, p1: 500 + 20
+    for seg in sorted(stream.glob("p*/*.jsonl")):
+        if seg not in later:
+            (landing / seg.parent.name).mkdir(parents=True, exist_ok=True)
+            shutil.copy(seg, landing / seg.parent.name / seg.name)
+    seen = _reads(monkeypatch)
+    out = cli("run", "orders_daily", "--max-batch", "700", "--format", "json")
+    assert out.code == 0, out.err
+    assert out.json()["events"] == 3000
+    assert seen[:2] == ["lakepub-prefetch"] * 2  # the first segment of p0 and of p1: nothing committed yet
+    assert seen.count("lakepub-prefetch") == 2 and len(seen) == 6  # the others by the read-ahead
+    # More events land; `status` remembers the workspace for the quick path, so the next run's
+    # guess is the committed position: the prefetch parses the segments holding it, not 00000.
+    assert cli("status", "orders_daily").code == 0
+    for seg in later:
+        shutil.copy(seg, landing / seg.parent.name / seg.name)
+    assert committed_guess(ws.config.root, "orders_daily", "orders") == {"p0": 1500, "p1": 1500}
+    seen.clear()
+    out = cli("run", "orders_daily", "--max-batch", "700", "--format", "json")
+    assert out.code == 0, out.err
+    assert out.json()["start"] == {"p0": 1500, "p1": 1500} and out.json()["events"] == 1000
+    assert seen.count("lakepub-prefetch") == 2 and len(seen) == 3  # p0/00003, p1/00003; then p1/00004
+    assert _published(ws.config.root) == oracle_summary(read_stream(stream))
+
+
+def test_a_wrong_or_failing_guess_publishes_the_same(ws_path, ws, monkeypatch, tmp_path):
+    p0 = ws.config.landing_dir("orders") / "p0"
+    p0.mkdir(parents=True)
+    stream = tmp_path / "stream"
+    generate_stream(stream, events=2600, partitions=1, days=30, seed=5, segment_size=400)
+    segments = sorted(stream.glob("p0/*.jsonl"))  # 6 x 400 + 200
+    for seg in segments[:5]:
+        shutil.copy(seg, p0 / seg.name)
+    seen = _reads(monkeypatch)
+    _, run = _prefetched_run(ws_path, lambda: {"p0": 1200}, max_batch=300)  # parses 00003 first
+    assert run.events == 2000 and run.start == {}
+    assert seen[0] == "lakepub-prefetch" and seen.count("lakepub-prefetch") == 1 and len(seen) == 6
+    assert _published(ws_path) == oracle_summary(read_stream(p0.parent))
+
+    for seg in segments[5:]:
+        shutil.copy(seg, p0 / seg.name)
+
+    def fails() -> dict:
+        raise RuntimeError("no guess")
+
+    _, run = _prefetched_run(ws_path, fails, max_batch=300)
+    assert run.events == 600 and run.start == {"p0": 2000}
+    assert _published(ws_path) == oracle_summary(read_stream(stream))
+
+
+def test_a_segment_grown_after_the_prefetch_parsed_it_is_read_again(ws_path, ws):
+    p0 = ws.config.landing_dir("orders") / "p0"
+    p0.mkdir(parents=True)
+    seg = p0 / "00000.jsonl"
+
+    def line(order: str, cents: int) -> str:
+        return json.dumps({"order_id": order, "version": 1, "day": "2025-10-01", "cents": cents, "deleted": False}) + "\n"
+
+    seg.write_text(line("A", 100))
+    config = open_config(ws_path)
+    spec = config.dataset("orders_daily")
+    source = LandingSource(config.landing_dir(spec.source), spec.contract).prefetch(lambda: {})
+    source._wait_prefetch()  # parsed: one record
+    assert len(source._parsed) == 1
+    with seg.open("a") as fh:
+        fh.write(line("B", 250))
+    run = Workspace(config, prefetched=source).run("orders_daily")
+    assert run.events == 2
+    assert {d.isoformat(): v for d, v in _published(ws_path).items()} == {"2025-10-01": (350, 2)}
+    assert source._parsed == {}  # nothing kept for the rest of the run
