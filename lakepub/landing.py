@@ -18,9 +18,10 @@ is a record. Partition folder names follow ``positions.NAME``.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -93,56 +94,90 @@ class LandingSource:
         self.folder = Path(folder)
         self.contract = contract
         self._counts: dict[tuple[Path, int, int], SegmentCount] = {}
-        self._parsed: dict[tuple[Path, int, int, int | None], pa.Table] = {}  # by prefetch(), read once
-        self._early: threading.Thread | None = None
+        self._parsed: dict[tuple, Future[pa.Table]] = {}  # by prefetch(), each read once
+        self._early: tuple[threading.Event, threading.Event] | None = None  # prefetch(): counted, planned
 
-    def prefetch(self, guess: Callable[[], Vector]) -> "LandingSource":
-        """Count every segment and parse the first pending segment of each partition on a thread,
-        from the position ``guess()`` returns, while the process goes on importing and opening the
-        catalog (``lakepub run``: pyarrow's JSON reader, file reads and numpy release the GIL).
+    def prefetch(self, guess: Callable[[], Vector], budget: int = 64 << 20) -> "LandingSource":
+        """Count every segment, then parse the pending segments from the position ``guess()``
+        returns (partitions in turn, up to ``budget`` bytes of JSON) on a thread, while the process
+        goes on importing and opening the catalog (``lakepub run``: pyarrow's JSON reader, file
+        reads and numpy release the GIL; the parse uses this one thread, leaving the other core
+        to the imports).
 
         Only a cache: counts are keyed by (path, size, mtime) like ``count``'s, a parsed segment by
         that and the bytes read, and whatever the thread did not do or got wrong (an error, a bad
         guess, a file changed since) is done again where it is needed, which reports its errors.
         """
+        counted, planned = threading.Event(), threading.Event()
+        self._early = (counted, planned)
+
         def work() -> None:
             try:
                 self.count_all()
-                committed = guess()
-                for part in self.partitions():
-                    segments = self.segments(part)
-                    offset = committed.get(part, 0)
-                    for i, seg in enumerate(segments):
-                        key = _stat_key(seg)
-                        n, size = self.count(seg, last=i == len(segments) - 1)
-                        if offset < n:
-                            self._parsed[(*key, size)] = self._read(seg, size)
-                            break
-                        offset -= n
+                counted.set()
+                plan = [(key, size, Future()) for key, size in self._plan(guess(), budget)]
+                self._parsed.update((key, future) for key, _, future in plan)
             except Exception:  # noqa: BLE001 - the main path does it again and reports it
-                pass
+                return
+            finally:
+                counted.set()
+                planned.set()
+            for key, size, future in plan:
+                if future.set_running_or_notify_cancel():  # not dropped as a wrong guess
+                    try:
+                        future.set_result(self._read(key[0], size, use_threads=False))
+                    except Exception as exc:  # noqa: BLE001 - read again where it is needed
+                        future.set_exception(exc)
 
-        self._early = threading.Thread(target=work, name="lakepub-prefetch")
-        self._early.start()
+        threading.Thread(target=work, name="lakepub-prefetch").start()
         return self
 
-    def _wait_prefetch(self) -> None:
-        if self._early is not None and self._early is not threading.current_thread():
-            self._early.join()
-            self._early = None
+    def _plan(self, committed: Vector, budget: int) -> list[tuple[tuple, int | None]]:
+        """(cache key, bytes to read) of the pending segments, in the order batches read them."""
+        queues = []
+        for part in self.partitions():
+            segments, offset, queue = self.segments(part), committed.get(part, 0), []
+            for i, seg in enumerate(segments):
+                n, size = self.count(seg, last=i == len(segments) - 1)
+                if offset < n:
+                    queue.append(((*_stat_key(seg), size), size))
+                offset = max(0, offset - n)
+            queues.append(queue)
+        plan: list[tuple[tuple, int | None]] = []
+        for round_ in itertools.zip_longest(*queues):
+            for item in filter(None, round_):
+                budget -= item[1] if item[1] is not None else item[0][1]
+                if budget < 0 and plan:
+                    return plan
+                plan.append(item)
+        return plan
 
-    def _read(self, segment: Path, size: int | None) -> pa.Table:
+    def _wait_prefetch(self, planned: bool = False) -> None:
+        if self._early is not None and threading.current_thread().name != "lakepub-prefetch":
+            self._early[1 if planned else 0].wait()
+
+    def _read(self, segment: Path, size: int | None, use_threads: bool = True) -> pa.Table:
         if size is None:
-            return read_jsonl_events(segment, self.contract)
+            return read_jsonl_events(segment, self.contract, use_threads=use_threads)
         with open(segment, "rb") as fh:  # only the complete lines: a producer may still be writing the last one
-            return read_jsonl_events(fh.read(size), self.contract, str(segment))
+            return read_jsonl_events(fh.read(size), self.contract, str(segment), use_threads=use_threads)
 
     def read_segment(self, segment: Path, size: int | None) -> pa.Table:
         """A segment's records (its first ``size`` bytes; None: all), parsed by ``prefetch`` if it
         read the same file in the same state, else now."""
-        self._wait_prefetch()
-        table = self._parsed.pop((*_stat_key(segment), size), None)
-        return table if table is not None else self._read(segment, size)
+        self._wait_prefetch(planned=True)
+        future = self._parsed.pop((*_stat_key(segment), size), None)
+        for stale in [k for k in self._parsed if k[0] == segment]:  # parsed before the file changed
+            self._parsed.pop(stale).cancel()
+        if future is not None and future.exception() is None:
+            return future.result()
+        return self._read(segment, size)  # not prefetched, or failed there: this reports why
+
+    def drop_prefetched(self, keep: Callable[[Path], bool]) -> None:
+        """Forget the segments ``prefetch`` parsed that ``keep`` says will not be read (a wrong guess)."""
+        self._wait_prefetch(planned=True)
+        for key in [k for k in self._parsed if not keep(k[0])]:
+            self._parsed.pop(key).cancel()
 
     def count(self, segment: Path, last: bool = False) -> tuple[int, int | None]:
         """(records, bytes holding them; None = all) of a segment, ``last`` if it is its partition's
@@ -214,6 +249,8 @@ class LandingSource:
         self._wait_prefetch()
         cursors = {p: _Cursor(self.segments(p), committed.get(p, 0), self.count, self.read_segment, self.contract)
                    for p in self.partitions()}
+        ahead = {seg for c in cursors.values() for seg in c.ahead()}
+        self.drop_prefetched(lambda seg: seg in ahead)  # what a wrong guess parsed is not kept for the run
         position = {p: committed.get(p, 0) for p in cursors}
         if until is not None:
             for p, n in until.items():
@@ -227,7 +264,6 @@ class LandingSource:
                 return
             start = dict(position)
             parts = [cursors[p].take(n) for p, n in shares.items() if n]
-            self._parsed.clear()  # what the prefetch guessed wrong is not kept for the whole run
             for p, n in shares.items():
                 position[p] += n
             yield pa.concat_tables(parts), start, dict(position)
@@ -270,6 +306,10 @@ class _Cursor:
             raise InvalidPosition(f"offset {offset} is beyond the {sum(self._counts)} records of this partition")
         self.remaining = sum(self._counts[self._index:]) - self._skip
         self._loaded: pa.Table | None = None
+
+    def ahead(self) -> list[Path]:
+        """The segments still to be read."""
+        return self._segments[self._index:]
 
     def take(self, n: int) -> pa.Table:
         parts: list[pa.Table] = []

@@ -25,9 +25,9 @@ def _reads(monkeypatch) -> list[str]:
     seen: list[str] = []
     real = LandingSource._read
 
-    def spy(self, segment, size):
+    def spy(self, segment, size, **kw):
         seen.append(threading.current_thread().name)
-        return real(self, segment, size)
+        return real(self, segment, size, **kw)
 
     monkeypatch.setattr(LandingSource, "_read", spy)
     return seen
@@ -55,8 +55,7 @@ def test_cli_run_reads_the_first_segment_on_the_prefetch_thread_at_the_guessed_p
     out = cli("run", "orders_daily", "--max-batch", "700", "--format", "json")
     assert out.code == 0, out.err
     assert out.json()["events"] == 3000
-    assert seen[:2] == ["lakepub-prefetch"] * 2  # the first segment of p0 and of p1: nothing committed yet
-    assert seen.count("lakepub-prefetch") == 2 and len(seen) == 6  # the others by the read-ahead
+    assert seen == ["lakepub-prefetch"] * 6  # all of them (within the budget): nothing committed yet
     # More events land; `status` remembers the workspace for the quick path, so the next run's
     # guess is the committed position: the prefetch parses the segments holding it, not 00000.
     assert cli("status", "orders_daily").code == 0
@@ -67,7 +66,7 @@ def test_cli_run_reads_the_first_segment_on_the_prefetch_thread_at_the_guessed_p
     out = cli("run", "orders_daily", "--max-batch", "700", "--format", "json")
     assert out.code == 0, out.err
     assert out.json()["start"] == {"p0": 1500, "p1": 1500} and out.json()["events"] == 1000
-    assert seen.count("lakepub-prefetch") == 2 and len(seen) == 3  # p0/00003, p1/00003; then p1/00004
+    assert seen == ["lakepub-prefetch"] * 3  # p0/00003, p1/00003, p1/00004: none before the position
     assert _published(ws.config.root) == oracle_summary(read_stream(stream))
 
 
@@ -80,9 +79,9 @@ def test_a_wrong_or_failing_guess_publishes_the_same(ws_path, ws, monkeypatch, t
     for seg in segments[:5]:
         shutil.copy(seg, p0 / seg.name)
     seen = _reads(monkeypatch)
-    _, run = _prefetched_run(ws_path, lambda: {"p0": 1200}, max_batch=300)  # parses 00003 first
+    _, run = _prefetched_run(ws_path, lambda: {"p0": 1200}, max_batch=300)  # parses 00003 and 00004
     assert run.events == 2000 and run.start == {}
-    assert seen[0] == "lakepub-prefetch" and seen.count("lakepub-prefetch") == 1 and len(seen) == 6
+    assert seen.count("lakepub-prefetch") == 2 and len(seen) == 5  # 00000-00002 by the read-ahead
     assert _published(ws_path) == oracle_summary(read_stream(p0.parent))
 
     for seg in segments[5:]:
@@ -93,6 +92,12 @@ def test_a_wrong_or_failing_guess_publishes_the_same(ws_path, ws, monkeypatch, t
 
     _, run = _prefetched_run(ws_path, fails, max_batch=300)
     assert run.events == 600 and run.start == {"p0": 2000}
+    seen.clear()
+    source = LandingSource(p0.parent, ws.config.dataset("orders_daily").contract).prefetch(lambda: {}, budget=1)
+    source._wait_prefetch(planned=True)
+    assert [key[0].name for key in source._parsed] == ["00000.jsonl"]  # one segment, however small the budget
+    source.drop_prefetched(lambda seg: False)
+    assert source._parsed == {} and seen.count("lakepub-prefetch") <= 1
     assert _published(ws_path) == oracle_summary(read_stream(stream))
 
 
@@ -108,8 +113,8 @@ def test_a_segment_grown_after_the_prefetch_parsed_it_is_read_again(ws_path, ws)
     config = open_config(ws_path)
     spec = config.dataset("orders_daily")
     source = LandingSource(config.landing_dir(spec.source), spec.contract).prefetch(lambda: {})
-    source._wait_prefetch()  # parsed: one record
-    assert len(source._parsed) == 1
+    source._wait_prefetch(planned=True)
+    assert [f.result().num_rows for f in source._parsed.values()] == [1]  # parsed: one record
     with seg.open("a") as fh:
         fh.write(line("B", 250))
     run = Workspace(config, prefetched=source).run("orders_daily")
