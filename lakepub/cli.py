@@ -16,6 +16,7 @@ Exit codes: 0 ok (including "already published"), 1 verify mismatch or internal 
 
 from __future__ import annotations
 
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -64,11 +65,13 @@ def _ws(ctx: click.Context, run: tuple[str, Path | None] | None = None) -> Works
 
 def _prefetching(path: Path, dataset: str, landing: Path | None) -> tuple[Any, Any]:
     """``lakepub run``: load the configuration (~0.35 s of imports: pydantic, pyarrow, SQLAlchemy's
-    URL parser), then start the landing source counting its segments and parsing the first pending
-    one on a thread (``LandingSource.prefetch``; the position guessed by the quick path's catalog
-    read) *before* importing pyiceberg and the publisher (~0.3 s more): that first read (~0.25 s
-    of CPU, GIL released) no longer waits for the imports and the catalog. Nothing is prefetched
-    for a dataset the configuration does not know (the workspace then reports it)."""
+    URL parser), then start the landing source counting its segments and parsing the pending ones
+    on a thread (``LandingSource.prefetch``, up to 64 MB of JSON; the position guessed by the
+    quick path's catalog read) *before* importing pyiceberg and the publisher (~0.3 s more): the
+    first batch's read (~0.25 s of CPU, GIL released) no longer waits for the imports and the
+    catalog, and the second core, idle during the imports, parses ahead. Nothing is prefetched
+    for a dataset the configuration does not know (the workspace then reports it), nor with
+    ``LAKEPUB_PREFETCH=0`` (to compare, ``scripts/bench/run_process_ab.py``)."""
     from lakepub.config import open_config
 
     config = open_config(path)
@@ -80,7 +83,7 @@ def _prefetching(path: Path, dataset: str, landing: Path | None) -> tuple[Any, A
     from lakepub.quick.catalog import committed_guess
 
     source = LandingSource(config.landing_dir(spec.source, landing), spec.contract)
-    if not source.exists():
+    if not source.exists() or os.environ.get("LAKEPUB_PREFETCH", "1") in ("0", "false", "no", "off"):
         return config, None
     return config, source.prefetch(lambda: committed_guess(config.root, dataset, spec.source))
 

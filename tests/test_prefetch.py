@@ -121,3 +121,12 @@ def test_a_segment_grown_after_the_prefetch_parsed_it_is_read_again(ws_path, ws)
     assert run.events == 2
     assert {d.isoformat(): v for d, v in _published(ws_path).items()} == {"2025-10-01": (350, 2)}
     assert source._parsed == {}  # nothing kept for the rest of the run
+
+
+def test_lakepub_prefetch_0_turns_it_off(ws, cli, monkeypatch):
+    generate_stream(ws.config.landing_dir("orders"), events=1200, partitions=2, days=20, seed=2, segment_size=300)
+    seen = _reads(monkeypatch)
+    monkeypatch.setenv("LAKEPUB_PREFETCH", "0")
+    out = cli("run", "orders_daily", "--max-batch", "500", "--format", "json")
+    assert out.code == 0 and out.json()["events"] == 1200
+    assert seen and "lakepub-prefetch" not in seen  # every segment by the read-ahead

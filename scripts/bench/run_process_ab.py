@@ -10,6 +10,7 @@ The published tables of both checkouts are checked equal.
 
     git archive <commit> | tar -x -C /tmp/before
     python scripts/bench/run_process_ab.py --before /tmp/before [--stream drift] [--pairs 5] [--cache DIR]
+    python scripts/bench/run_process_ab.py --before . --before-env LAKEPUB_PREFETCH=0   # prefetch off vs on
 
 Not part of ``run_all.py``: it needs a second checkout.
 """
@@ -29,8 +30,8 @@ import common as c
 HERE = Path(__file__).resolve().parents[2]
 
 
-def _env(root: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(root)}
+def _env(root: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {**os.environ, **(extra or {}), "PYTHONPATH": str(root)}
 
 
 def _init(root: Path, folder: Path, stream_dir: Path) -> None:
@@ -48,12 +49,12 @@ def _summary(root: Path, folder: Path) -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
-def _run(root: Path, folder: Path, max_batch: int) -> tuple[float, float, int]:
+def _run(root: Path, folder: Path, max_batch: int, extra: dict[str, str]) -> tuple[float, float, int]:
     argv = [sys.executable, "-m", "lakepub.cli", "-w", str(folder), "run", c.DATASET, "--max-batch", str(max_batch),
             "--format", "json"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, env=_env(root))
+    proc = subprocess.run(argv, capture_output=True, text=True, env=_env(root, extra))
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
@@ -69,8 +70,12 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=5)
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--max-batch", type=int, default=100_000)
+    p.add_argument("--before-env", action="append", default=[], metavar="KEY=VALUE",
+                   help="environment of the 'before' runs (with --before . : LAKEPUB_PREFETCH=0 compares the "
+                        "landing prefetch on and off in this checkout)")
     args = p.parse_args()
     roots = {"before": args.before.resolve(), "after": HERE}
+    extra = {"before": dict(kv.split("=", 1) for kv in args.before_env), "after": {}}
     with c.scratch(args, "run-ab") as work:
         if args.stream == "drift":
             stream_dir, _ = c.stream(args, work, args.events, partitions=1, spread=True,
@@ -83,7 +88,7 @@ def main() -> None:
             for name, root in roots.items():
                 folder = work / f"ws-{name}-{i}"
                 _init(root, folder, stream_dir)
-                wall, cpu, events = _run(root, folder, args.max_batch)
+                wall, cpu, events = _run(root, folder, args.max_batch, extra[name])
                 assert events == args.events, (events, args.events)
                 res[name].append((wall, cpu))
                 if i == 0:
