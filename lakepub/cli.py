@@ -66,8 +66,8 @@ def _ws(ctx: click.Context, run: tuple[str, Path | None] | None = None) -> Works
 def _prefetching(path: Path, dataset: str, landing: Path | None) -> tuple[Any, Any]:
     """``lakepub run``: load the configuration (~0.35 s of imports: pydantic, pyarrow, SQLAlchemy's
     URL parser), then start the landing source counting its segments and parsing the pending ones
-    on a thread (``LandingSource.prefetch``, up to 64 MB of JSON; the position guessed by the
-    quick path's catalog read) *before* importing pyiceberg and the publisher (~0.3 s more): the
+    on a thread (``LandingSource.prefetch``, up to 64 MB of JSON; the position guessed by reading
+    the SQLite catalog's row with ``sqlite3``, ``quick.catalog.committed_guess``) *before* importing pyiceberg and the publisher (~0.3 s more): the
     first batch's read (~0.25 s of CPU, GIL released) no longer waits for the imports and the
     catalog, and the second core, idle during the imports, parses ahead. Nothing is prefetched
     for a dataset the configuration does not know (the workspace then reports it), nor with
@@ -85,7 +85,7 @@ def _prefetching(path: Path, dataset: str, landing: Path | None) -> tuple[Any, A
     source = LandingSource(config.landing_dir(spec.source, landing), spec.contract)
     if not source.exists() or os.environ.get("LAKEPUB_PREFETCH", "1") in ("0", "false", "no", "off"):
         return config, None
-    return config, source.prefetch(lambda: committed_guess(config.root, dataset, spec.source))
+    return config, source.prefetch(lambda: committed_guess(config, dataset, spec.source))
 
 
 
@@ -233,9 +233,12 @@ def run(ctx: click.Context, dataset: str, landing: Path | None, max_batch: int, 
                        f"end {output.vector(result.end)}, {now - last:.2f} s")
             last = now
 
+    prefetched = ws._prefetched
     try:
         result = ws.run(dataset, landing=landing, max_batch=max_batch, on_start=on_start, on_batch=on_batch)
     finally:
+        if prefetched is not None:  # a run that ended early (an error, a retired dataset) leaves
+            prefetched.drop_prefetched(lambda _: False)  # no parse to wait for at exit
         if bar is not None:
             bar.__exit__(None, None, None)
     if fmt == "json":

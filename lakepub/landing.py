@@ -105,9 +105,10 @@ class LandingSource:
         self._parsed: dict[tuple, Future[pa.Table]] = {}  # by prefetch(), each read once
         self._early: tuple[threading.Event, threading.Event] | None = None  # prefetch(): counted, planned
 
-    def prefetch(self, guess: Callable[[], Vector], budget: int = 64 << 20) -> "LandingSource":
+    def prefetch(self, guess: Callable[[], Vector | None], budget: int = 64 << 20) -> "LandingSource":
         """Count every segment, then parse the pending segments from the position ``guess()``
-        returns (partitions in turn, up to ``budget`` bytes of JSON) on a thread, while the process
+        returns (partitions in turn, up to ``budget`` bytes of JSON; nothing if it returns None)
+        on a thread, while the process
         goes on importing and opening the catalog (``lakepub run``: pyarrow's JSON reader, file
         reads and numpy release the GIL; the parse uses this one thread, leaving the other core
         to the imports).
@@ -123,7 +124,9 @@ class LandingSource:
             try:
                 self.count_all()
                 counted.set()
-                plan = [(key, size, Future()) for key, size in self._plan(guess(), budget)]
+                committed = guess()
+                planned_reads = self._plan(committed, budget) if committed is not None else []
+                plan = [(key, size, Future()) for key, size in planned_reads]
                 self._parsed.update((key, future) for key, _, future in plan)
             except Exception:  # noqa: BLE001 - the main path does it again and reports it
                 return

@@ -52,16 +52,16 @@ def test_cli_run_reads_the_first_segment_on_the_prefetch_thread_at_the_guessed_p
             (landing / seg.parent.name).mkdir(parents=True, exist_ok=True)
             shutil.copy(seg, landing / seg.parent.name / seg.name)
     seen = _reads(monkeypatch)
+    assert committed_guess(ws.config, "orders_daily", "orders") == {}  # no table yet
     out = cli("run", "orders_daily", "--max-batch", "700", "--format", "json")
     assert out.code == 0, out.err
     assert out.json()["events"] == 3000
     assert seen == ["lakepub-prefetch"] * 6  # all of them (within the budget): nothing committed yet
-    # More events land; `status` remembers the workspace for the quick path, so the next run's
-    # guess is the committed position: the prefetch parses the segments holding it, not 00000.
-    assert cli("status", "orders_daily").code == 0
+    # More events land; the next run's guess (the SQLite catalog row read with sqlite3) is the
+    # committed position: the prefetch parses the segments holding it, not 00000.
     for seg in later:
         shutil.copy(seg, landing / seg.parent.name / seg.name)
-    assert committed_guess(ws.config.root, "orders_daily", "orders") == {"p0": 1500, "p1": 1500}
+    assert committed_guess(ws.config, "orders_daily", "orders") == {"p0": 1500, "p1": 1500}
     seen.clear()
     out = cli("run", "orders_daily", "--max-batch", "700", "--format", "json")
     assert out.code == 0, out.err
@@ -130,3 +130,10 @@ def test_lakepub_prefetch_0_turns_it_off(ws, cli, monkeypatch):
     out = cli("run", "orders_daily", "--max-batch", "500", "--format", "json")
     assert out.code == 0 and out.json()["events"] == 1200
     assert seen and "lakepub-prefetch" not in seen  # every segment by the read-ahead
+
+
+def test_an_unknown_position_parses_nothing_ahead(ws_path, ws, monkeypatch):
+    generate_stream(ws.config.landing_dir("orders"), events=900, partitions=1, days=20, seed=4, segment_size=300)
+    seen = _reads(monkeypatch)
+    _, run = _prefetched_run(ws_path, lambda: None, max_batch=400)  # e.g. a catalog other than SQLite
+    assert run.events == 900 and seen and "lakepub-prefetch" not in seen
