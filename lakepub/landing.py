@@ -108,10 +108,9 @@ class LandingSource:
     def prefetch(self, guess: Callable[[], Vector | None], budget: int = 64 << 20) -> "LandingSource":
         """Count every segment, then parse the pending segments from the position ``guess()``
         returns (partitions in turn, up to ``budget`` bytes of JSON; nothing if it returns None)
-        on a thread, while the process
-        goes on importing and opening the catalog (``lakepub run``: pyarrow's JSON reader, file
-        reads and numpy release the GIL; the parse uses this one thread, leaving the other core
-        to the imports).
+        on a thread, while the process goes on importing and opening the catalog (``lakepub
+        run``: pyarrow's JSON reader, file reads and numpy release the GIL; the parse uses this
+        one thread, leaving the other core to the imports).
 
         Only a cache: counts are keyed by (path, size, mtime) like ``count``'s, a parsed segment by
         that and the bytes read, and whatever the thread did not do or got wrong (an error, a bad
@@ -180,7 +179,9 @@ class LandingSource:
         future = self._parsed.pop((*_stat_key(segment), size), None)
         for stale in [k for k in self._parsed if k[0] == segment]:  # parsed before the file changed
             self._parsed.pop(stale).cancel()
-        if future is not None and future.exception() is None:
+        # One the thread has not started is read here (cancel() succeeds only then), in parallel
+        # with what the thread is parsing; one it started or finished is waited for.
+        if future is not None and not future.cancel() and future.exception() is None:
             return future.result()
         return self._read(segment, size)  # not prefetched, or failed there: this reports why
 
