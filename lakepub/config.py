@@ -39,11 +39,12 @@ from sqlalchemy.engine import make_url
 
 from lakepub.contract.model import Contract, load_contracts
 from lakepub.errors import ConfigError, UnknownDataset, UserError
-from lakepub.store.audit import AUDIT_TABLE
 from lakepub.projection.base import Entity, Kind, kind_of
 from lakepub.projection.partitioning import PartitionBy
 from lakepub.positions import NAME_RULE, valid_name
 from lakepub.yamlfile import File as _File, parse, read_yaml
+
+AUDIT_TABLE = "lakepub_audit"  # the audit table (store/audit.py): no dataset may take its name
 
 CONFIG_FILE = "lakepub.yaml"
 
@@ -139,6 +140,16 @@ class WorkspaceConfig:
     def landing_dir(self, source: str, override: Path | None = None) -> Path:
         """The landing folder of one source: its partition subfolders hold JSONL segments."""
         return Path(override) if override is not None else self.root / self.landing / source
+
+
+def open_config(path: str | Path = ".", *, search_parents: bool = True) -> WorkspaceConfig:
+    """The configuration of the workspace holding ``path`` (its folder or a parent, unless
+    ``search_parents=False``); ConfigError (exit 2) when there is none (``Workspace.open``)."""
+    path = Path(path)
+    root = find_root(path) if search_parents else path.resolve()
+    if not (root / CONFIG_FILE).is_file():
+        raise ConfigError(f"{root / CONFIG_FILE} not found; run 'lakepub init' first")
+    return load_workspace(root)
 
 
 def find_root(start: Path) -> Path:

@@ -26,7 +26,7 @@ from pyiceberg.exceptions import NoSuchTableError
 
 from lakepub import duck, logs, positions
 from lakepub.contract.model import Contract
-from lakepub.config import CONFIG_FILE, DatasetSpec, WorkspaceConfig, find_root, load_workspace
+from lakepub.config import DatasetSpec, WorkspaceConfig, open_config
 from lakepub.errors import ConfigError, InvalidPosition, QueryError
 from lakepub.contract.validate import events_from_arrow, events_from_records, read_events
 from lakepub.failures import classified
@@ -88,19 +88,18 @@ class Workspace:
     connections returned by ``connect()`` belong to the caller (``with ws.connect() as con``).
     """
 
-    def __init__(self, config: WorkspaceConfig):
+    def __init__(self, config: WorkspaceConfig, *, prefetched: LandingSource | None = None):
+        """``prefetched``: a landing source reading on a thread (``LandingSource.prefetch``, by
+        ``lakepub run`` before this module is imported), used by a ``run`` of its folder."""
         self.config = config
         self._publishers: dict[str, Publisher] = {}
+        self._prefetched = prefetched
 
     @classmethod
     def open(cls, path: str | Path = ".", *, search_parents: bool = True) -> "Workspace":
         """The workspace holding ``path`` (its folder or a parent, unless ``search_parents=False``);
         ConfigError (exit 2) when there is none."""
-        path = Path(path)
-        root = find_root(path) if search_parents else path.resolve()
-        if not (root / CONFIG_FILE).is_file():
-            raise ConfigError(f"{root / CONFIG_FILE} not found; run 'lakepub init' first")
-        return cls(load_workspace(root))
+        return cls(open_config(path, search_parents=search_parents))
 
     @classmethod
     def init(cls, folder: str | Path, *, force: bool = False) -> "Workspace":
@@ -197,7 +196,10 @@ class Workspace:
         if retired is not None:  # like a disabled dbt model: skipped, not an error (nothing is read)
             return RunResult(dataset, spec.source, "", skipped=f"{dataset} is retired since {retired}; skipped "
                              f"(nothing read or published; 'lakepub restore {dataset}' to run it again)")
-        src = LandingSource(self.config.landing_dir(spec.source, Path(landing) if landing else None), spec.contract)
+        folder = self.config.landing_dir(spec.source, Path(landing) if landing else None)
+        src, self._prefetched = self._prefetched, None
+        if src is None or src.folder != folder or src.contract is not spec.contract:
+            src = LandingSource(folder, spec.contract)
         if not src.exists():
             raise ConfigError(f"landing folder {src.folder} does not exist (it holds one folder per source "
                               "partition, each with JSONL segments read in file-name order)")

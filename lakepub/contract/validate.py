@@ -118,13 +118,15 @@ def events_from_bytes(data: bytes, contract: Contract, where: str, *, parquet: b
     return read_parquet_events(data, contract, where) if parquet else read_jsonl_events(data, contract, where)
 
 
-def read_jsonl_events(source: Path | bytes, contract: Contract, where: str | None = None) -> pa.Table:
-    """Read a JSONL file (or its bytes) of events; blank lines are skipped and do not count as records."""
+def read_jsonl_events(source: Path | bytes, contract: Contract, where: str | None = None, *,
+                      use_threads: bool = True) -> pa.Table:
+    """Read a JSONL file (or its bytes) of events; blank lines are skipped and do not count as records.
+    ``use_threads=False``: parse on the calling thread only (``LandingSource.prefetch``)."""
     where = where or str(source)
     plan = _plan(contract)
     try:
         raw = pj.read_json(pa.BufferReader(source) if isinstance(source, bytes) else source,
-                           parse_options=plan.json_options)
+                           parse_options=plan.json_options, read_options=pj.ReadOptions(use_threads=use_threads))
         return _finish(raw, plan)
     except (pa.ArrowInvalid, _Invalid):
         pass

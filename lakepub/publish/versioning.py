@@ -216,13 +216,34 @@ def _states(side: BatchSide, prev: pa.Table, before_rows: np.ndarray, entities: 
 
 def _match(a_group: np.ndarray, a_version: np.ndarray, b_group: np.ndarray, b_version: np.ndarray
            ) -> tuple[np.ndarray, np.ndarray]:
-    """Positions (i, j) with a[i] == b[j] on (group, version), in key order; ``a`` is unique on the key."""
-    _, ranks = np.unique(np.concatenate([a_version, b_version]), return_inverse=True)
-    ranks = ranks.astype(np.int64)
-    a_key = (a_group.astype(np.int64) << 32) | ranks[: len(a_version)]
-    b_key = (b_group.astype(np.int64) << 32) | ranks[len(a_version):]
-    _, i, j = np.intersect1d(a_key, b_key, return_indices=True)
-    return i, j
+    """Positions (i, j) with a[i] == b[j] on (group, version), in key order; ``a`` is unique on the key.
+
+    Both pairs are packed into one int64 (group << 32 | version): versions as they are when all
+    lie in [0, 2**32) (event versions: small counters), else their ranks among all versions (a
+    sort of both arrays, ~10 ms per 100k-event batch)."""
+    versions = np.concatenate([a_version, b_version])
+    if versions.size and (versions.min() < 0 or versions.max() >= 1 << 32):
+        versions = np.unique(versions, return_inverse=True)[1].astype(np.int64).reshape(-1)
+    a_key = (a_group.astype(np.int64) << 32) | versions[: len(a_version)]
+    b_key = (b_group.astype(np.int64) << 32) | versions[len(a_version):]
+    if not a_key.size or not b_key.size:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    # np.intersect1d(a_key, b_key, return_indices=True) at a quarter of its cost (~5 vs ~20 ms for
+    # 100k batch rows and 150k ledger rows): the batch's keys come sorted (canonical order) and
+    # unique, the ledger's are sorted by numpy's SIMD argsort and looked up in them in order; of
+    # equal ledger keys the first is kept, as intersect1d does.
+    order = None if (a_key[1:] > a_key[:-1]).all() else np.argsort(a_key, kind="stable")
+    sa = a_key if order is None else a_key[order]
+    ob = np.argsort(b_key)
+    sb = b_key[ob]
+    pos = np.minimum(np.searchsorted(sa, sb), len(sa) - 1)
+    hit = sa[pos] == sb
+    sb, ob, pos = sb[hit], ob[hit], pos[hit]
+    if not sb.size:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.append(True, sb[1:] != sb[:-1]))
+    i, j = pos[starts], np.minimum.reduceat(ob, starts)
+    return (i if order is None else order[i]), j
 
 
 def _same_state(a: pa.Table, i: np.ndarray, b: pa.Table, j: np.ndarray, names: tuple[str, ...],

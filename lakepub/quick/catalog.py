@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lakepub.store.record import latest_record
+
 CONFIG_FILE = "lakepub.yaml"
 RECORD = Path(".lakepub") / "quick" / "workspace.json"
 VERSION = 2  # 2: "partners" (DUAL_WRITE views) recorded
@@ -318,3 +320,40 @@ def retirement(table: QuickTable | None) -> tuple[str, int, float] | None:
         return str(raw.get("state", "retired")), int(raw["at_ms"]), float(raw["grace_s"])
     except (ValueError, KeyError, TypeError, AttributeError):
         return "retired", 0, float("inf")
+
+
+def committed_guess(config: Any, dataset: str, source: str) -> dict[str, int] | None:
+    """The position of ``source`` that ``lakepub run dataset`` will most likely find, read without
+    pyiceberg or the remembered record (the newest lakepub record of a table of the dataset's
+    entity, through its row in a SQLite catalog and the metadata JSON), for
+    ``LandingSource.prefetch``: a guess, never a position anything is published at. {} when no
+    table of the entity exists yet; None when it cannot tell (another catalog, remote metadata, any
+    error), and the prefetch then parses nothing."""
+    try:
+        uri = str(config.catalog.get("uri", ""))
+        if config.catalog.get("type", "sql") != "sql" or not uri.startswith("sqlite:"):
+            return None
+        from sqlalchemy.engine import make_url  # loaded with the configuration already
+
+        database = make_url(uri).database
+        if not database or database.startswith(":memory:"):
+            return None
+        path = Path(database).resolve()
+        if not path.exists():
+            return {}  # no catalog yet: pyiceberg creates it on first use
+        db = sqlite3.connect(path.as_uri() + "?mode=ro", uri=True, timeout=5)
+        try:
+            if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'iceberg_tables'").fetchone() is None:
+                return {}
+        finally:
+            db.close()
+        qw = QuickWorkspace(Path(config.root), {"namespace": config.namespace, "datasets": [], "derived": [],
+                                                "sqlite": str(path), "catalog_name": config.catalog_name})
+        try:
+            tables = [t for spec in config.group(dataset).datasets if (t := qw.table(spec.name)) is not None]
+        finally:
+            qw.close()
+        records = [r for t in tables if (r := latest_record(t)) is not None]  # type: ignore[arg-type]
+        return dict(records[0].positions.get(source, {})) if records else ({} if not tables else None)
+    except Exception:  # noqa: BLE001 - a wrong guess only costs the prefetch
+        return None

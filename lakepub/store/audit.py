@@ -17,9 +17,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField, StringType, TimestamptzType
 
+from lakepub.config import AUDIT_TABLE  # noqa: F401 - defined where dataset names are checked (a light import)
 from lakepub.store.catalog import create_or_load, ensure_namespace
 
-AUDIT_TABLE = "lakepub_audit"
 _SCHEMA = Schema(
     NestedField(1, "at", TimestamptzType(), required=False),
     NestedField(2, "dataset", StringType(), required=False),
