@@ -1,0 +1,53 @@
+"""Review of ``DatasetWriter.prefetch`` (issue 16): a new process reads its published rows in the
+background while it looks up the ledger. A foreign commit landing between the prefetch and the
+commit must not let the prefetched rows (of the older snapshot) be built on: the compare-and-set
+fails, the retry reads the new snapshot, and the tables equal the oracle; also for a merge-on-read
+``current`` dataset (its location index is part of the prefetched state)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lakepub.publish import lookup, published_state
+from lakepub.workspace import Workspace
+from tests.test_merge_on_read import Stream, _check, _dataset, _workspace
+
+
+@pytest.mark.parametrize("mode", ["merge-on-read", None])
+def test_a_foreign_commit_between_the_prefetch_and_the_commit(tmp_path: Path, monkeypatch, mode):
+    root = tmp_path / "ws"
+    _workspace(root, _dataset("pub", mode), _dataset("other", None if mode else "merge-on-read"))
+    stream = Stream(21)
+    first, foreign, mine = stream.batch(40), stream.batch(20), stream.batch(20)
+    Workspace.open(root).publish("pub", first, source="s0", start={}, end={"p0": len(first)})
+
+    loads: list[tuple[str, int]] = []
+    real_load = published_state.load
+
+    def counted(table, *args, **kwargs):
+        import threading
+
+        loads.append((threading.current_thread().name, table.metadata.current_snapshot_id))
+        return real_load(table, *args, **kwargs)
+
+    real_rows = lookup.LedgerLookup.rows
+    sneaked: list[int] = []
+
+    def rows(self, *args, **kwargs):
+        if not sneaked:  # the new process's first lookup: its prefetch is under way or done
+            sneaked.append(1)
+            Workspace.open(root).publish("pub", foreign, source="s1", start={}, end={"p0": len(foreign)})
+        return real_rows(self, *args, **kwargs)
+
+    monkeypatch.setattr(published_state, "load", counted)
+    monkeypatch.setattr(lookup.LedgerLookup, "rows", rows)
+    fresh = Workspace.open(root)  # a new process
+    fresh.publish("pub", mine, source="s2", start={}, end={"p0": len(mine)})
+    publisher = fresh.publisher("pub")
+    assert sneaked and publisher.rebases >= 1  # the race happened and was lost once
+    assert any(name.startswith("lakepub-state") for name, _ in loads)  # read in the background
+    assert len({snapshot for _, snapshot in loads}) >= 2  # and read again at the foreign snapshot
+    monkeypatch.undo()
+    _check(Workspace.open(root), stream, "pub", "other", datafusion=False)
