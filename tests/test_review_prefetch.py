@@ -51,3 +51,35 @@ def test_a_foreign_commit_between_the_prefetch_and_the_commit(tmp_path: Path, mo
     assert len({snapshot for _, snapshot in loads}) >= 2  # and read again at the foreign snapshot
     monkeypatch.undo()
     _check(Workspace.open(root), stream, "pub", "other", datafusion=False)
+
+
+def test_maintenance_in_a_new_process_does_not_read_the_published_rows(tmp_path: Path, monkeypatch):
+    """``Publisher.load`` serves compaction, folding and the DUAL_WRITE companion too: none of them
+    uses the published rows, so a new process must not read the whole published table for them
+    (CPU, memory, and the process's exit waits for the read)."""
+    from lakepub.maintenance.compact import compact_ledger
+    from lakepub.maintenance.fold import fold_deletes
+
+    root = tmp_path / "ws"
+    _workspace(root, _dataset("mor", "merge-on-read"), _dataset("cow", None))
+    stream = Stream(22)
+    for size in (40, 20, 20):
+        stream.publish(Workspace.open(root), "mor", stream.batch(size))
+    loads: list[int] = []
+    real_load = published_state.load
+
+    def counted(table, *args, **kwargs):
+        loads.append(table.metadata.current_snapshot_id)
+        return real_load(table, *args, **kwargs)
+
+    monkeypatch.setattr(published_state, "load", counted)
+    compact_ledger(Workspace.open(root), "mor")
+    fold_deletes(Workspace.open(root), "mor", threshold=0.0, dry_run=True)
+    from lakepub.publish import datasets
+
+    pool = getattr(datasets, "_PREFETCH", None)
+    if pool is not None:
+        pool.submit(lambda: None).result()  # a prefetch under way has finished
+    assert loads == []
+    monkeypatch.undo()
+    _check(Workspace.open(root), stream, "mor", "cow", datafusion=False)
