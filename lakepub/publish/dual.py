@@ -241,7 +241,7 @@ class Companion:
         original = pub.prepare(raw)
         mine = BatchIdentity(pub.group.name, identity.source, identity.start, identity.end, original.digest)
         try:
-            ledger, tables, latest = pub.load()
+            ledger, tables, latest = pub.load(prefetch=True)  # it publishes: rows read meanwhile
         except NoSuchTableError as exc:  # promote --to DEFAULT swapped it in (and renamed it) meanwhile
             raise BlockedError(f"the {pub.contract.schema_ref} tables were swapped in while this run published "
                                f"({exc}); nothing was published by this batch: run again") from exc

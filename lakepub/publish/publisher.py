@@ -138,7 +138,7 @@ class Publisher:
 
     # --- tables ---------------------------------------------------------------------------------
 
-    def load(self) -> tuple[Table, dict[str, Table], dict[str, Latest]]:
+    def load(self, prefetch: bool = False) -> tuple[Table, dict[str, Table], dict[str, Latest]]:
         """The ledger, every published table and its newest record (each checked: ``guards``)."""
         # The published tables first: the ledger, loaded after them, holds every snapshot their
         # records name (a concurrent publish commits both; loading in the other order could see
@@ -151,7 +151,8 @@ class Publisher:
         latest = {name: latest_published(table) for name, table in tables.items()}
         for name, table in tables.items():
             self.writers[name].check_head(table, ledger, latest[name])
-            self.writers[name].prefetch(table)  # a new process: read while the ledger is looked up
+            if prefetch:  # a publish in a new process: read while the ledger is looked up (compaction: never read)
+                self.writers[name].prefetch(table)
         return ledger, tables, latest
 
     def checkpoint(self, ledger: Table, latest: dict[str, Latest]) -> tuple[str, PublishRecord] | None:
@@ -268,7 +269,7 @@ class Publisher:
         change: Change | None = None
         base_ledger: int | None = None
         for attempt in range(1, self.max_attempts + 1):
-            ledger, tables, latest = self.load()
+            ledger, tables, latest = self.load(prefetch=True)
             if self.stale_members(ledger, latest):  # a member left behind meanwhile: build it first
                 self.catch_up()
                 continue
