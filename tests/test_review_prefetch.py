@@ -83,3 +83,32 @@ def test_maintenance_in_a_new_process_does_not_read_the_published_rows(tmp_path:
     assert loads == []
     monkeypatch.undo()
     _check(Workspace.open(root), stream, "mor", "cow", datafusion=False)
+
+
+def test_a_batch_already_published_or_refused_reads_no_published_rows(tmp_path: Path, monkeypatch):
+    """A cron retry of a batch that is already published (exit 0) or starts at a stale position
+    (exit 3) uses no published rows: a new process must not read the whole table for it (its
+    exit would wait for the background read)."""
+    from lakepub.errors import BlockedError
+    from lakepub.publish import datasets
+
+    root = tmp_path / "ws"
+    _workspace(root, _dataset("mor", "merge-on-read"), _dataset("cow", None))
+    stream = Stream(23)
+    first, second = stream.batch(40), stream.batch(20)
+    Workspace.open(root).publish("mor", first, start={}, end={"p0": 40})
+    Workspace.open(root).publish("mor", second, start={"p0": 40}, end={"p0": 60})
+    loads: list[int] = []
+    real_load = published_state.load
+
+    def counted(table, *args, **kwargs):
+        loads.append(table.metadata.current_snapshot_id)
+        return real_load(table, *args, **kwargs)
+
+    monkeypatch.setattr(published_state, "load", counted)
+    again = Workspace.open(root).publish("mor", second, start={"p0": 40}, end={"p0": 60})
+    assert again.status != "published"  # found in the history: nothing to do
+    with pytest.raises(BlockedError):
+        Workspace.open(root).publish("mor", stream.batch(5), start={"p0": 10}, end={"p0": 15})  # stale start
+    datasets._PREFETCH.submit(lambda: None).result()
+    assert loads == []
