@@ -138,7 +138,7 @@ class Publisher:
 
     # --- tables ---------------------------------------------------------------------------------
 
-    def load(self, prefetch: bool = False) -> tuple[Table, dict[str, Table], dict[str, Latest]]:
+    def load(self) -> tuple[Table, dict[str, Table], dict[str, Latest]]:
         """The ledger, every published table and its newest record (each checked: ``guards``)."""
         # The published tables first: the ledger, loaded after them, holds every snapshot their
         # records name (a concurrent publish commits both; loading in the other order could see
@@ -151,8 +151,6 @@ class Publisher:
         latest = {name: latest_published(table) for name, table in tables.items()}
         for name, table in tables.items():
             self.writers[name].check_head(table, ledger, latest[name])
-            if prefetch:  # a publish in a new process: read while the ledger is looked up (compaction: never read)
-                self.writers[name].prefetch(table)
         return ledger, tables, latest
 
     def checkpoint(self, ledger: Table, latest: dict[str, Latest]) -> tuple[str, PublishRecord] | None:
@@ -269,7 +267,7 @@ class Publisher:
         change: Change | None = None
         base_ledger: int | None = None
         for attempt in range(1, self.max_attempts + 1):
-            ledger, tables, latest = self.load(prefetch=True)
+            ledger, tables, latest = self.load()
             if self.stale_members(ledger, latest):  # a member left behind meanwhile: build it first
                 self.catch_up()
                 continue
@@ -278,6 +276,8 @@ class Publisher:
             done = self._check_position(tables[dataset], previous, identity, attempt, dataset)
             if done is not None:
                 return done
+            for name, table in tables.items():  # a new batch (in a new process): rows read during the lookup
+                self.writers[name].prefetch(table)
             basis = gating.unique_basis(self.group, tables) if original.verdict is not None else None
             if original.verdict is not None and (gate is None or basis != checked_on):
                 # A new batch, or a retry after a concurrent publish moved the rows a unique rule
