@@ -2,7 +2,8 @@
 background while it looks up the ledger. A foreign commit landing between the prefetch and the
 commit must not let the prefetched rows (of the older snapshot) be built on: the compare-and-set
 fails, the retry reads the new snapshot, and the tables equal the oracle; also for a merge-on-read
-``current`` dataset (its location index is part of the prefetched state)."""
+``current`` dataset (its location index is part of the prefetched state). And a process that
+does not publish a new batch (compaction, fold, a retried or stale batch) reads no rows at all."""
 
 from __future__ import annotations
 
@@ -15,6 +16,29 @@ from lakepub.workspace import Workspace
 from tests.test_merge_on_read import Stream, _check, _dataset, _workspace
 
 
+def _counted_loads(monkeypatch) -> list[tuple[str, int]]:
+    """(thread name, snapshot id) of every read of a published table's rows from now on."""
+    import threading
+
+    loads: list[tuple[str, int]] = []
+    real_load = published_state.load
+
+    def counted(table, *args, **kwargs):
+        loads.append((threading.current_thread().name, table.metadata.current_snapshot_id))
+        return real_load(table, *args, **kwargs)
+
+    monkeypatch.setattr(published_state, "load", counted)
+    return loads
+
+
+def _prefetches_finished() -> None:
+    from lakepub.publish import datasets
+
+    pool = getattr(datasets, "_PREFETCH", None)
+    if pool is not None:
+        pool.submit(lambda: None).result()
+
+
 @pytest.mark.parametrize("mode", ["merge-on-read", None])
 def test_a_foreign_commit_between_the_prefetch_and_the_commit(tmp_path: Path, monkeypatch, mode):
     root = tmp_path / "ws"
@@ -22,15 +46,6 @@ def test_a_foreign_commit_between_the_prefetch_and_the_commit(tmp_path: Path, mo
     stream = Stream(21)
     first, foreign, mine = stream.batch(40), stream.batch(20), stream.batch(20)
     Workspace.open(root).publish("pub", first, source="s0", start={}, end={"p0": len(first)})
-
-    loads: list[tuple[str, int]] = []
-    real_load = published_state.load
-
-    def counted(table, *args, **kwargs):
-        import threading
-
-        loads.append((threading.current_thread().name, table.metadata.current_snapshot_id))
-        return real_load(table, *args, **kwargs)
 
     real_rows = lookup.LedgerLookup.rows
     sneaked: list[int] = []
@@ -41,7 +56,7 @@ def test_a_foreign_commit_between_the_prefetch_and_the_commit(tmp_path: Path, mo
             Workspace.open(root).publish("pub", foreign, source="s1", start={}, end={"p0": len(foreign)})
         return real_rows(self, *args, **kwargs)
 
-    monkeypatch.setattr(published_state, "load", counted)
+    loads = _counted_loads(monkeypatch)
     monkeypatch.setattr(lookup.LedgerLookup, "rows", rows)
     fresh = Workspace.open(root)  # a new process
     fresh.publish("pub", mine, source="s2", start={}, end={"p0": len(mine)})
@@ -65,21 +80,10 @@ def test_maintenance_in_a_new_process_does_not_read_the_published_rows(tmp_path:
     stream = Stream(22)
     for size in (40, 20, 20):
         stream.publish(Workspace.open(root), "mor", stream.batch(size))
-    loads: list[int] = []
-    real_load = published_state.load
-
-    def counted(table, *args, **kwargs):
-        loads.append(table.metadata.current_snapshot_id)
-        return real_load(table, *args, **kwargs)
-
-    monkeypatch.setattr(published_state, "load", counted)
+    loads = _counted_loads(monkeypatch)
     compact_ledger(Workspace.open(root), "mor")
     fold_deletes(Workspace.open(root), "mor", threshold=0.0, dry_run=True)
-    from lakepub.publish import datasets
-
-    pool = getattr(datasets, "_PREFETCH", None)
-    if pool is not None:
-        pool.submit(lambda: None).result()  # a prefetch under way has finished
+    _prefetches_finished()
     assert loads == []
     monkeypatch.undo()
     _check(Workspace.open(root), stream, "mor", "cow", datafusion=False)
@@ -90,7 +94,6 @@ def test_a_batch_already_published_or_refused_reads_no_published_rows(tmp_path: 
     (exit 3) uses no published rows: a new process must not read the whole table for it (its
     exit would wait for the background read)."""
     from lakepub.errors import BlockedError
-    from lakepub.publish import datasets
 
     root = tmp_path / "ws"
     _workspace(root, _dataset("mor", "merge-on-read"), _dataset("cow", None))
@@ -98,17 +101,10 @@ def test_a_batch_already_published_or_refused_reads_no_published_rows(tmp_path: 
     first, second = stream.batch(40), stream.batch(20)
     Workspace.open(root).publish("mor", first, start={}, end={"p0": 40})
     Workspace.open(root).publish("mor", second, start={"p0": 40}, end={"p0": 60})
-    loads: list[int] = []
-    real_load = published_state.load
-
-    def counted(table, *args, **kwargs):
-        loads.append(table.metadata.current_snapshot_id)
-        return real_load(table, *args, **kwargs)
-
-    monkeypatch.setattr(published_state, "load", counted)
+    loads = _counted_loads(monkeypatch)
     again = Workspace.open(root).publish("mor", second, start={"p0": 40}, end={"p0": 60})
     assert again.status != "published"  # found in the history: nothing to do
     with pytest.raises(BlockedError):
         Workspace.open(root).publish("mor", stream.batch(5), start={"p0": 10}, end={"p0": 15})  # stale start
-    datasets._PREFETCH.submit(lambda: None).result()
+    _prefetches_finished()
     assert loads == []
