@@ -257,6 +257,8 @@ class Companion:
                 f"the {pub.contract.schema_ref} tables (dual write) are at {positions.dumps(committed)}, the batch "
                 f"starts at {positions.dumps(identity.start)}; nothing was published: run 'lakepub run' again "
                 "(it builds the new version up to the published position first)")
+        for name, table in tables.items():  # rows read while the ledger is looked up
+            pub.writers[name].prefetch(table)
         prepared, gate = original, None
         if original.verdict is not None:
             prepared, gate = gating.check(pub.catalog, pub.namespace, pub.group, lambda: pub.con, original,

@@ -151,7 +151,6 @@ class Publisher:
         latest = {name: latest_published(table) for name, table in tables.items()}
         for name, table in tables.items():
             self.writers[name].check_head(table, ledger, latest[name])
-            self.writers[name].prefetch(table)  # a new process: read while the ledger is looked up
         return ledger, tables, latest
 
     def checkpoint(self, ledger: Table, latest: dict[str, Latest]) -> tuple[str, PublishRecord] | None:
@@ -277,6 +276,8 @@ class Publisher:
             done = self._check_position(tables[dataset], previous, identity, attempt, dataset)
             if done is not None:
                 return done
+            for name, table in tables.items():  # a new batch (in a new process): rows read during the lookup
+                self.writers[name].prefetch(table)
             basis = gating.unique_basis(self.group, tables) if original.verdict is not None else None
             if original.verdict is not None and (gate is None or basis != checked_on):
                 # A new batch, or a retry after a concurrent publish moved the rows a unique rule

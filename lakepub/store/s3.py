@@ -183,7 +183,8 @@ class _Tee:
 
 class _DiskTee(_Tee):
     """An output stream that also writes a local copy into the disk cache, moved under its final
-    name only once the upload has completed (the next process then reads it from disk). With
+    name only once the upload has completed (the next process then reads it from disk; a copy
+    the cache folder cannot keep, full or cleared, is dropped: it is not a failed upload). With
     ``background``, its close returns once the file is complete locally and the upload finishes in
     the background, like a manifest's (the next metadata file's close waits for it)."""
 
@@ -206,14 +207,28 @@ class _DiskTee(_Tee):
 
     def _finish(self) -> None:
         try:
-            self._stream.close()
+            self._stream.close()  # the upload: only its failure is the file's (``uploads_done``)
+        except BaseException:
+            self._discard()
+            raise
+        try:
             size = self._copy.tell()  # not a stat of the final copy: another process may evict it at once
             self._copy.close()
             os.replace(self._tmp, self._final)
-        finally:
+        except OSError:  # a full or cleared cache folder only costs a download next time
+            self._discard()
+            return
+        try:
+            self._disk.added(size, keep={self._final})
+        except OSError:  # an eviction that failed: the file is up and kept
+            pass
+
+    def _discard(self) -> None:
+        try:
             self._copy.close()
-            self._tmp.unlink(missing_ok=True)
-        self._disk.added(size, keep={self._final})
+        except OSError:
+            pass
+        self._tmp.unlink(missing_ok=True)
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         if exc_type is None:
