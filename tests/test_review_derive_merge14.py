@@ -1,0 +1,55 @@
+"""Review of merge 5b46bc8 (issue 14 derived-build CPU): each test drives the change through the
+CLI and compares the published rows, read back by DuckDB, with the query run directly over the
+published upstreams (the oracle)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_derive import _customer, _define, _ok, _plan, _publish_to, _rows, shop  # noqa: F401
+
+BY_CUSTOMER = {"name": "sales_by_customer",  # customers_current is partitioned by bucket(4, customer_id)
+               "projection": {"kind": "sql", "inputs": {"customers_current": "identity(customer_id)"},
+                              "query": "SELECT customer_id, country, plan FROM customers_current"},
+               "partition": "identity(customer_id)"}
+
+
+def test_an_input_bucketed_otherwise_is_refused_or_read_whole(shop: Path, cli):
+    """The author's suspicion: ``upstream_map`` compares only the kind, so an upstream
+    ``bucket(4, c)`` and an input expression ``bucket(8, c)`` would map label by label (bucket 3
+    of 8 reading bucket 3 of 4). Not reachable: a bucket input expression is refused when the
+    workspace loads (exit 2, naming the file and key), and an identity expression over a
+    bucketed upstream reads the upstream by value. ``upstream_map`` now also compares the bucket
+    count, so the mapping stays right if bucket inputs are ever allowed."""
+    from dataclasses import replace
+
+    from lakepub.derive.model import InputSpec
+    from lakepub.derive.state import Context, upstream_map
+    from lakepub.projection.partitioning import PartitionBy
+    from lakepub.workspace import Workspace
+
+    bucketed = {**BY_CUSTOMER, "projection": {**BY_CUSTOMER["projection"],
+                                              "inputs": {"customers_current": "bucket(8, customer_id)"}},
+                "partition": "bucket(8, customer_id)"}
+    _define(shop, bucketed)
+    res = cli("reconcile", "--format", "json")
+    assert res.code == 2 and "Traceback" not in res.err, res.out + res.err
+    assert res.json()["key"] == "projection.inputs.customers_current", res.json()
+    _define(shop, BY_CUSTOMER)
+    _ok(cli("reconcile"))
+    oracle = f"SELECT * FROM ({BY_CUSTOMER['projection']['query']}) ORDER BY 1"
+    assert _rows(cli, "SELECT * FROM sales_by_customer ORDER BY 1") == _rows(cli, oracle)
+    _publish_to(cli, shop, "customers_current", "customers", [_customer("c2", "IT", version=2),
+                                                               _customer("c9", "PT")], 3)
+    _ok(cli("reconcile"))
+    got = _rows(cli, "SELECT * FROM sales_by_customer ORDER BY 1")
+    assert got == _rows(cli, oracle) and {r["customer_id"] for r in got} == {"c1", "c2", "c3", "c9"}, got
+    assert _plan(cli)["sales_by_customer"]["pending_partitions"] == 0
+    with Workspace.open(shop) as ws:
+        ctx = Context(ws)
+        spec = ctx.graph.derived["sales_by_customer"]
+        assert upstream_map(ctx, spec, "customers_current") is None  # identity over bucket: by value
+        for n, want in [(8, None), (4, "same")]:
+            expr = PartitionBy("bucket", "customer_id", n)
+            other = replace(spec, inputs={"customers_current": InputSpec("customers_current", expr)})
+            assert upstream_map(ctx, other, "customers_current") == want, n
