@@ -53,3 +53,32 @@ def test_an_input_bucketed_otherwise_is_refused_or_read_whole(shop: Path, cli):
             expr = PartitionBy("bucket", "customer_id", n)
             other = replace(spec, inputs={"customers_current": InputSpec("customers_current", expr)})
             assert upstream_map(ctx, other, "customers_current") == want, n
+
+
+def test_the_rebuild_audit_reads_the_manifests_the_swap_publishes(cli, ws_path, monkeypatch):
+    """The offline rebuild's audit is the check that the table swapped in holds the rows its
+    records vouch for. It took the rebuild's files from the entries this process remembered
+    writing (``live_files``), not from the manifests on disk: a manifest whose bytes lack a file
+    the window wrote (a writer fault, e.g. the one-block Avro encoding over pyiceberg's private
+    writer after an upgrade) passed the audit, was swapped in, and reconcile exited 0 with a day
+    missing from the published table. The audit must refuse it (nothing swapped)."""
+    from test_derive import FIRST, _publish
+    from test_derive_perf import DAILY
+
+    from lakepub.store import write
+
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, DAILY)
+    _ok(cli("reconcile"))
+    before = _rows(cli, "SELECT * FROM orders_by_day ORDER BY 1")
+    assert len(before) == 5
+    original = write.add_in_one_block
+    monkeypatch.setattr(write, "add_in_one_block", lambda writer, entries: original(writer, entries[:-1]))
+    changed = {**DAILY, "projection": {**DAILY["projection"], "query": DAILY["projection"]["query"].replace(
+        "count(*) AS n", "count(*) + 1 AS n")}}
+    _define(ws_path, changed)
+    res = cli("reconcile", "orders_by_day")
+    monkeypatch.setattr(write, "add_in_one_block", original)
+    got = _rows(cli, "SELECT * FROM orders_by_day ORDER BY 1")
+    assert res.code != 0 and "audit" in res.err, (res.code, res.err, got)
+    assert got == before  # the published table was not touched
