@@ -82,3 +82,36 @@ def test_the_rebuild_audit_reads_the_manifests_the_swap_publishes(cli, ws_path, 
     got = _rows(cli, "SELECT * FROM orders_by_day ORDER BY 1")
     assert res.code != 0 and "audit" in res.err, (res.code, res.err, got)
     assert got == before  # the published table was not touched
+
+
+def test_a_folder_decoded_to_another_window_label_is_refused(tmp_path, monkeypatch):
+    """A file's partition is now its folder's value, decoded. If the decoding and DuckDB's
+    encoding ever disagree (a DuckDB that leaves ``%`` as is: folder ``%41`` decodes to ``A``),
+    the files of partition ``%41`` were entered as partition ``A``: a partition without files and
+    one with another's rows, committed. Each window label must get its files and the files must
+    hold the window's rows, else nothing is committed."""
+    from urllib.parse import unquote
+
+    import pyarrow as pa
+    import pytest
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
+
+    from lakepub.derive.output import group
+    from lakepub.errors import BlockedError
+    from lakepub.projection.partitioning import PartitionBy, iceberg_type
+    from lakepub.store import duck_files
+
+    rows = pa.table({"s": pa.array(["%41", "A", "b"], pa.string()), "n": pa.array([1, 2, 3], pa.int64())})
+    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}/wh")
+    catalog.create_namespace("ns")
+    schema = Schema(*[NestedField(i, f.name, iceberg_type(f.type), required=False)
+                      for i, f in enumerate(rows.schema, start=1)])
+    partition = PartitionBy.parse("identity(s)", "test")
+    table = catalog.create_table("ns.t", schema=schema, partition_spec=partition.iceberg_spec(schema))
+    g = group(rows, partition)
+    original = duck_files._folder_label
+    monkeypatch.setattr(duck_files, "_folder_label", lambda field, relative: unquote(original(field, relative)))
+    with pytest.raises(BlockedError, match="partition"):
+        duck_files.write_partitions(table.metadata, g.rows, g.index, g.values, g.labels)
