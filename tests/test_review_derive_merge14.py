@@ -115,3 +115,35 @@ def test_a_folder_decoded_to_another_window_label_is_refused(tmp_path, monkeypat
     monkeypatch.setattr(duck_files, "_folder_label", lambda field, relative: unquote(original(field, relative)))
     with pytest.raises(BlockedError, match="partition"):
         duck_files.write_partitions(table.metadata, g.rows, g.index, g.values, g.labels)
+
+
+DAYS_DAILY = {"name": "order_days_daily",  # a daily output over the monthly order_days: labels from its rows
+              "projection": {"kind": "sql", "inputs": {"order_days": "day(day)"},
+                             "query": "SELECT day, sum(orders) AS orders FROM order_days GROUP BY 1"},
+              "partition": "day(day)"}
+
+
+def test_remembered_input_labels_follow_an_input_rebuilt_and_swapped(cli, ws_path):
+    """The input's distinct labels are remembered per (table uuid, snapshot): an input rebuilt
+    offline and swapped in (another table, fewer days) is scanned again, in this process and in a
+    new one (the on-disk file of the old table is not taken for the new), and the daily output
+    drops the day the input lost."""
+    from test_derive import DAYS_ONLY, FIRST, _publish
+
+    from lakepub.derive import labels
+
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, DAYS_ONLY, DAYS_DAILY)
+    _ok(cli("reconcile"))
+    oracle = f"SELECT * FROM ({DAYS_DAILY['projection']['query']}) ORDER BY 1"
+    assert _rows(cli, "SELECT * FROM order_days_daily ORDER BY 1") == _rows(cli, oracle)
+    assert len(_rows(cli, oracle)) == 5
+    fewer = {**DAYS_ONLY, "projection": {**DAYS_ONLY["projection"], "query": DAYS_ONLY["projection"]["query"]
+                                         + " AND day >= DATE '2025-01-01'"}}
+    _define(ws_path, fewer)
+    _ok(cli("reconcile"))
+    got = _rows(cli, "SELECT * FROM order_days_daily ORDER BY 1")
+    assert got == _rows(cli, oracle) and len(got) == 4, got
+    labels.clear_memo()  # a new process: the files of both tables are on disk
+    assert "nothing to do" in _ok(cli("reconcile")).out
+    assert _plan(cli)["order_days_daily"]["pending_partitions"] == 0
