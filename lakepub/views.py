@@ -195,24 +195,6 @@ def _file_problem(data, identity: list[int]) -> str | None:
     return None
 
 
-def resolve_files(table: Table, files: list) -> Resolution:
-    """The resolution of ``table``'s current snapshot from its live data files already at hand
-    (``DataFile``s, e.g. ``store.duck_files.live_files``, which reuses the entries of manifests
-    this process wrote or read: an offline rebuild's audit reads back the table it just built
-    without decoding its manifests again, ~0.05 ms an entry). Only for a table of one schema and
-    one partition spec whose files are all plain Parquet data files; else ``resolve``. Not cached:
-    ``files`` are the caller's word, not a pass over the snapshot's manifests."""
-    columns = _columns_or_fallback(table)
-    specs = table.specs()
-    if columns.fallback is not None or len(table.metadata.schemas) != 1 or len(specs) != 1 or not files:
-        return resolve(table)
-    identity = [f.source_id for f in table.spec().fields if isinstance(f.transform, IdentityTransform)]
-    if any(_file_problem(f, identity) is not None for f in files):
-        return resolve(table)
-    return Resolution(columns.metadata_location, columns.snapshot_id, tuple(f.file_path for f in files),
-                      columns.columns, by_name=True)
-
-
 # --- the on-disk cache ---------------------------------------------------------------------------
 
 

@@ -203,8 +203,8 @@ def upstream_map(ctx: Context, spec: DerivedSpec, name: str) -> str | None:
     upstream = ctx.partition_of(name)
     if expr is None or upstream.column != expr.column:
         return None
-    if upstream.kind == expr.kind:
-        return "same"
+    if upstream.kind == expr.kind:  # bucket(16, c) is not bucket(8, c): another partitioning
+        return "same" if upstream.buckets == expr.buckets else None
     if upstream.kind in _GRAIN and expr.kind in _GRAIN and _GRAIN[upstream.kind] > _GRAIN[expr.kind]:
         return "finer"
     if upstream.kind in _GRAIN and expr.kind in _GRAIN:

@@ -16,7 +16,8 @@ its own threads (~0.1 ms a file), which is what the issue's baseline does. Here:
    pyiceberg's ``add_files`` use), so record counts, bounds and metrics modes are exactly what
    pyiceberg would record for those bytes; its partition is the label in the file's folder
    (``RETURN_FILES`` lists the files; DuckDB percent-encodes the folder value, decoded exactly),
-   mapped back to the Iceberg value it came from.
+   mapped back to the Iceberg value it came from; every partition of the window must get files
+   and their footers' row counts must add up to the window's rows, else nothing is committed.
 
 The codec is the table's (zstd by default), except for windows of a few rows per file (a daily
 rollup: one row each), written with snappy (``file_codec``: zstd's per-column-chunk setup cost
@@ -177,6 +178,14 @@ def write_partitions(metadata: TableMetadata, rows: pa.Table, index: pa.Array, v
         )
         data_file.spec_id = metadata.default_spec_id
         out.append(data_file)
+    # Every partition of the window got its files, and they hold the window's rows: a decoding that
+    # disagreed with DuckDB's encoding would enter one partition's files under another's label.
+    found = len({tuple(f.partition) for f in out}) if field is not None else len(labels)
+    written = sum(f.record_count for f in out)
+    if found != len(labels) or written != rows.num_rows:
+        raise BlockedError(f"DuckDB's files of the window ({len(out)} files, {written} rows) are not its "
+                           f"{len(labels)} partitions of {rows.num_rows} rows; nothing was committed (the files are "
+                           "orphans the janitor removes)")
     return out
 
 
