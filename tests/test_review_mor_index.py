@@ -75,3 +75,47 @@ def test_failed_and_unknown_commits_leave_the_kept_index_equal_to_a_fresh_read(t
     assert seen.count("fold") == 1 and seen[seen.index("fold") + 1] == "ok"  # the racing fold made a retry
     assert _delete_files(ws, "mor") > 0
     _check(ws, stream, "mor", datafusion=False)
+
+
+def test_a_dual_written_merge_on_read_dataset_keeps_both_indexes_over_many_batches_of_one_run(ws_path: Path, cli,
+                                                                                                  monkeypatch):
+    """DUAL_WRITE (``publish/dual.py``): the new major version's writer keeps its own index, built
+    in the run's first commit (a build: every partition written whole), then updated by every
+    batch of the same run (``--max-batch``: one process), through moves, deletes, re-creates and
+    whole rewrites; both tables equal the oracle read by DuckDB, and verify --deep passes."""
+    from tests.test_any_dataset import _event, _land, _setup
+    from tests.test_dual_write import V2, _oracle, _scan
+    from tests.test_lifecycle import V1_0
+    from tests.test_shadow import ALL_COLUMNS
+
+    monkeypatch.setattr(merge_on_read, "MAX_DELETE_FILES", 2)
+    landing = _setup(ws_path, {**ALL_COLUMNS, "write_mode": "merge-on-read"})
+    contracts = ws_path / "catalog" / "contracts"
+    (contracts / "customers@v1.0.yaml").write_text(V1_0)
+    rng = random.Random(8)
+    versions: dict[str, int] = {}
+
+    def events(n: int) -> list[dict]:
+        out = []
+        for _ in range(n):
+            cid = f"c{rng.randrange(25)}"
+            versions[cid] = versions.get(cid, 0) + 1
+            out.append(_event(cid, versions[cid], rng.choice(["FR", "DE", None]), rng.choice(["pro", "basic"]),
+                              rng.randrange(1000), deleted=rng.random() < 0.2))
+        return out
+
+    first = events(40)
+    _land(landing, "0001.jsonl", first)
+    assert cli("run", "customers_all").code == 0
+    (contracts / "customers@v2.0.yaml").write_text(V2 + "status: DUAL_WRITE\n")  # set by hand: the publish path only
+    more = events(120)
+    _land(landing, "0002.jsonl", more)
+    r = cli("run", "customers_all", "--max-batch", "9")  # v2.0 built beside, then 14 batches in one process
+    assert r.code == 0, r.err
+    want = _oracle(first + more)
+    assert _scan(ws_path, "customers_all") == (want, "BIGINT")
+    assert _scan(ws_path, "customers_all__v2") == (want, "INTEGER")
+    v2 = Workspace.open(ws_path).catalog.load_table(("lakepub", "customers_all__v2"))
+    assert len(v2.metadata.snapshots) >= 14  # the build, then one snapshot per batch
+    v = cli("verify", "customers_all", "--deep")
+    assert v.code == 0, (v.out, v.err)
