@@ -32,7 +32,9 @@ Checksums stay per partition over the merged rows (``merged``: the rows ``Kind.a
 a lazy mapping); they are the version 2 checksums (``projection/checksum.py``), updated by
 ``publish/datasets.py`` from the rows the delta removes (``removed_rows``: a take of those rows)
 and adds. Cost: what a publish writes, hashes and computes in memory follows the batch, apart
-from numpy copies of the touched partitions' live flags (a byte per row). Measured for 100k-event
+from numpy copies of the touched partitions' live flags (a byte per row) and the partitions
+``bounded`` rewrites whole (the publish after a partition's ``MAX_DELETE_FILES``-th delete file
+grows with that partition). Measured for 100k-event
 publishes spread over all 16 buckets, 1M vs 10M live rows in one process, interleaved
 (``scripts/bench/merge_on_read.py --scale``; 2-core VM at load 10-14): median CPU 0.63 s vs
 0.72 s (1.13x; before the index, the same interleaving at load 10-18, 0.63 s vs 1.57 s, 2.50x:

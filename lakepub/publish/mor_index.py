@@ -27,7 +27,10 @@ The invariant (``tests/test_merge_on_read.py``): ``live_rows()`` are exactly the
 as read with its delete files applied, and ``find`` returns the ids of the live rows of exactly
 the keys asked for. Cost, measured for a 100k-event publish into 16 buckets: the lookups,
 location and run updates are ~O(batch); what remains O(rows) are numpy copies of ``live``
-(1 byte per row) and the occasional run merge. Memory: per row of the data files its published
+(1 byte per row), the occasional run merge, and a copy of the partition's rows into one chunk
+once they span more than ``_MAX_CHUNKS`` (a stream without deletes: no whole rewrite resets them;
+measured on a 625k-row, 10-column partition with 6k-row appends: 0.24 s CPU for that append vs a
+7 ms median). Memory: per row of the data files its published
 row (deleted rows until the partition is rewritten whole or folded: ``MAX_DELETE_FILES``), a
 byte, and 16 bytes per index entry.
 """
