@@ -66,6 +66,7 @@ def test_a_part_appended_to_equals_its_rows_with_deletes_applied():
                         rows.column("value").to_pylist())) == live
         assert part.count == len(live) == rows.num_rows == merged.count_of(None) == merged[None].num_rows
         assert len(part.runs) <= 8  # size-tiered: O(log(rows / batch))
+        assert part.rows.column(0).num_chunks <= 8  # size-tiered too: appends never pile up chunks
     assert row_count(LiveRows({None: part}), None) == len(live) and row_count({}, None) == 0
 
 
