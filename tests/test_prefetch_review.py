@@ -38,7 +38,7 @@ def test_a_segment_rewritten_in_place_with_the_same_size_and_mtime_is_read_again
     spec = config.dataset("orders_daily")
     source = LandingSource(config.landing_dir(spec.source), spec.contract).prefetch(lambda: {})
     source._wait_prefetch(planned=True)
-    assert [f.result().num_rows for f in source._parsed.values()] == [2]
+    assert [f.result()[1].num_rows for f in source._parsed.values()] == [2]
     st = seg.stat()
     seg.write_text(_line("A", 900) + _line("B", 200))  # same length
     os.utime(seg, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -59,7 +59,7 @@ def test_a_segment_replaced_by_rename_with_the_same_size_and_mtime_is_read_again
     spec = config.dataset("orders_daily")
     source = LandingSource(config.landing_dir(spec.source), spec.contract).prefetch(lambda: {})
     source._wait_prefetch(planned=True)
-    assert [f.result().num_rows for f in source._parsed.values()] == [1]
+    assert [f.result()[1].num_rows for f in source._parsed.values()] == [1]
     st = seg.stat()
     tmp = p0 / ".00000.tmp"
     tmp.write_text(_line("A", 700))
