@@ -92,6 +92,11 @@ class Backlog:
         return sum(self.pending.values())
 
 
+def _cancel(future: Future | None) -> None:
+    if future is not None:
+        future.cancel()
+
+
 def _segment_bytes(segment: Path, size: int | None) -> bytes:
     """The bytes of a segment a read parses: its first ``size`` (only the complete lines: a
     producer may still be writing the last one), or all of it."""
@@ -191,8 +196,8 @@ class LandingSource:
         read the same file in the same state, else now."""
         self._wait_prefetch(planned=True)
         future = self._parsed.pop((*_stat_key(segment), size), None)
-        for stale in [k for k in self._parsed if k[0] == segment]:  # parsed before the file changed
-            self._parsed.pop(stale).cancel()
+        for stale in [k for k in list(self._parsed) if k[0] == segment]:  # parsed before the file changed
+            _cancel(self._parsed.pop(stale, None))
         # One the thread has not started is read here (cancel() succeeds only then), in parallel
         # with what the thread is parsing; one it started or finished is waited for, and used only
         # if the file still holds the bytes it parsed (the same size and mtime do not prove it:
@@ -208,8 +213,10 @@ class LandingSource:
     def drop_prefetched(self, keep: Callable[[Path], bool]) -> None:
         """Forget the segments ``prefetch`` parsed that ``keep`` says will not be read (a wrong guess)."""
         self._wait_prefetch(planned=True)
-        for key in [k for k in self._parsed if not keep(k[0])]:
-            self._parsed.pop(key).cancel()
+        # A snapshot of the keys: after an interrupted run (Ctrl-C while the read-ahead thread
+        # is still reading) ``lakepub run`` drops from the main thread while that one pops.
+        for key in [k for k in list(self._parsed) if not keep(k[0])]:
+            _cancel(self._parsed.pop(key, None))
 
     def count(self, segment: Path, last: bool = False) -> tuple[int, int | None]:
         """(records, bytes holding them; None = all) of a segment, ``last`` if it is its partition's

@@ -9,7 +9,6 @@ import os
 import threading
 
 import numpy as np
-import pytest
 
 from lakepub.config import open_config
 from lakepub.landing import LandingSource
