@@ -143,3 +143,25 @@ def test_version_match_edges_equal_intersect1d():
         got, want = _match(ag, av, bg, bv), reference(ag, av, bg, bv)
         assert all(np.array_equal(x, y) for x, y in zip(got, want)), k
         assert all(x.dtype.kind == "i" for x in got)
+
+
+def test_a_partial_last_line_is_not_published_until_complete_with_small_batches(ws, cli):
+    """The newest segment's unterminated last line (a producer still writing it) is neither
+    prefetched nor published; once complete the next run publishes it, batches smaller than a
+    segment included."""
+    p0 = ws.config.landing_dir("orders") / "p0"
+    p0.mkdir(parents=True)
+    (p0 / "00000.jsonl").write_text("".join(_line(f"a{k}", 10) for k in range(7)))
+    last = p0 / "00001.jsonl"
+    partial = _line("z", 1000)
+    last.write_text("".join(_line(f"b{k}", 20) for k in range(5)) + partial[:25])
+    out = cli("run", "orders_daily", "--max-batch", "3", "--format", "json")
+    assert out.code == 0, out.err
+    assert out.json()["events"] == 12
+    assert _published(ws.config.root) == {"2025-10-01": (170, 12)}
+    with last.open("a") as fh:
+        fh.write(partial[25:])
+    out = cli("run", "orders_daily", "--max-batch", "2", "--format", "json")
+    assert out.code == 0, out.err
+    assert out.json()["events"] == 1 and out.json()["start"] == {"p0": 12}
+    assert _published(ws.config.root) == {"2025-10-01": (1170, 13)}
