@@ -116,7 +116,7 @@ def test_a_segment_grown_after_the_prefetch_parsed_it_is_read_again(ws_path, ws)
     spec = config.dataset("orders_daily")
     source = LandingSource(config.landing_dir(spec.source), spec.contract).prefetch(lambda: {})
     source._wait_prefetch(planned=True)
-    assert [f.result().num_rows for f in source._parsed.values()] == [1]  # parsed: one record
+    assert [f.result()[1].num_rows for f in source._parsed.values()] == [1]  # parsed: one record
     with seg.open("a") as fh:
         fh.write(line("B", 250))
     run = Workspace(config, prefetched=source).run("orders_daily")
