@@ -83,7 +83,7 @@ def _prefetching(path: Path, dataset: str, landing: Path | None) -> tuple[Any, A
     from lakepub.quick.catalog import committed_guess
 
     source = LandingSource(config.landing_dir(spec.source, landing), spec.contract)
-    if not source.exists() or os.environ.get("LAKEPUB_PREFETCH", "1") in ("0", "false", "no", "off"):
+    if not source.exists() or os.environ.get("LAKEPUB_PREFETCH", "1").strip().lower() in ("0", "false", "no", "off"):
         return config, None
     return config, source.prefetch(lambda: committed_guess(config, dataset, spec.source))
 

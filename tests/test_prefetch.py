@@ -8,6 +8,8 @@ import json
 import shutil
 import threading
 
+import pytest
+
 from lakepub.config import open_config
 from lakepub.generate import generate_stream, oracle_summary, read_stream
 from lakepub.landing import LandingSource
@@ -125,10 +127,11 @@ def test_a_segment_grown_after_the_prefetch_parsed_it_is_read_again(ws_path, ws)
     assert source._parsed == {}  # nothing kept for the rest of the run
 
 
-def test_lakepub_prefetch_0_turns_it_off(ws, cli, monkeypatch):
+@pytest.mark.parametrize("off", ["0", "OFF", " False "])
+def test_lakepub_prefetch_0_turns_it_off(ws, cli, monkeypatch, off):
     generate_stream(ws.config.landing_dir("orders"), events=1200, partitions=2, days=20, seed=2, segment_size=300)
     seen = _reads(monkeypatch)
-    monkeypatch.setenv("LAKEPUB_PREFETCH", "0")
+    monkeypatch.setenv("LAKEPUB_PREFETCH", off)
     out = cli("run", "orders_daily", "--max-batch", "500", "--format", "json")
     assert out.code == 0 and out.json()["events"] == 1200
     assert seen and "lakepub-prefetch" not in seen  # every segment by the read-ahead
