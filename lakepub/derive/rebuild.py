@@ -56,14 +56,31 @@ def carried_properties(published: dict[str, str], rebuilt: dict[str, str]) -> di
             if not k.startswith(_OWN_PREFIXES) and k not in _OWN_KEYS and rebuilt.get(k) != v}
 
 
-def carry_properties(ctx: Context, name: str, into: str) -> None:
-    """Commit the published table's user properties onto the rebuild table ``into`` (if any differ)."""
+def carry_properties(ctx: Context, name: str, audited) -> str:
+    """Commit the published table's user properties onto the rebuild table ``audited`` (as it was
+    audited) if any differ; returns the metadata location to swap in. The commit is lakepub's
+    (``store/commit.commit_atomically``): a compare-and-set from the audited metadata location,
+    main asserted at the audited snapshot, and the version hint written after it. A window another
+    process committed since the audit fails it: CommitContention (exit 4), the next run re-audits."""
+    from lakepub.store.commit import CommitConflict, TableChange, commit_atomically
+    from pyiceberg.table.update import AssertRefSnapshotId
+
     ctx.forget(name)  # if it moved since the rebuild was planned, the swap fails anyway (exit 4)
-    carry = carried_properties(ctx.table(name).properties, ctx.table(into).properties)
-    if carry:
-        with ctx.table(into).transaction() as tx:
-            tx.set_properties(carry)
-        ctx.forget(into)
+    carry = carried_properties(ctx.table(name).properties, audited.properties)
+    if not carry:
+        return audited.metadata_location
+    tx = audited.transaction()
+    tx.set_properties(carry)
+    tx._stage((), (AssertRefSnapshotId(ref="main", snapshot_id=audited.metadata.current_snapshot_id),))  # noqa: SLF001
+    try:
+        moved = commit_atomically(ctx.ws.catalog, [TableChange(audited, tx)])
+    except CommitConflict as exc:
+        raise CommitContention(_MOVED.format(into=".".join(audited.name()), exc=exc)) from exc
+    return moved[".".join(audited.name())]
+
+
+_MOVED = ("the rebuild {into} moved after its audit ({exc}): another process committed to it; nothing was "
+          "published, the rebuild is kept: run 'lakepub reconcile' again (it re-audits)")
 
 
 def rebuild_name(name: str, data_version: str) -> str:
@@ -143,9 +160,11 @@ def finish(ctx: Context, name: str, into: str, expected: str, batching: Batching
         raise CommitContention(f"{name} or its inputs moved just before its rebuild {into} was swapped in "
                                f"({sum(len(w.pending) for w in again.pending)} partition(s) pending again); the "
                                "rebuild is kept: run 'lakepub reconcile' again")
+    table = ctx.table(into)  # what is audited is what is swapped in: its pointer is asserted until the swap
     audit(ctx, name, into)
-    carry_properties(ctx, name, into)
-    audited = ctx.table(into).metadata_location  # swapped in only if no window committed since
+    if ctx.table(into) is not table:
+        raise CommitContention(_MOVED.format(into=into, exc="reloaded during the audit"))
+    audited = carry_properties(ctx, name, table)
     ns = ctx.ws.config.namespace
     try:
         location = swap_table(ctx.ws.catalog, summary_id(ns, name), expected, summary_id(ns, into),
