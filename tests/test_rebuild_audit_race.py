@@ -3,7 +3,7 @@
 A foreign commit to the rebuild table between its audit and the swap (a concurrent
 ``lakepub reconcile --window`` of the same rebuild, a resumed rebuild in another process) must
 not be published unaudited: the rebuild refuses (retry family, exit 4; the next run re-audits).
-Driven through the Python API (the race is staged by wrapping ``rebuild.audit``) on real Iceberg
+Driven through the CLI (in-process; the race is staged by wrapping ``rebuild.audit``) on real Iceberg
 tables in a SQLite catalog, read back by DuckDB (``lakepub query``) against the query oracle.
 """
 
@@ -18,20 +18,20 @@ from test_readers import _outside_duckdb
 from test_derive_fixes import DOUBLED, USER_PROPS, _set_properties, _table
 
 
-def _rebuild_with_foreign_commit(ws_path: Path, cli, monkeypatch):
-    """Reconcile DOUBLED; right after the audit another writer appends a bogus row to the rebuild
-    table. Returns (exception raised or None, the rebuild table's audited snapshot id)."""
+def _rebuild_with_foreign_commit(ws_path: Path, cli, monkeypatch, carry: bool):
+    """``lakepub reconcile`` of DOUBLED; right after the audit another writer appends a bogus row to
+    the rebuild table. Returns (the CLI result, the rebuild table's audited snapshot id)."""
     import pyarrow as pa
 
     from lakepub.derive import rebuild
-    from lakepub.derive.reconcile import reconcile
     from lakepub.store.layout import summary_id
     from lakepub.workspace import Workspace
 
     _publish(cli, ws_path, FIRST)
     _define(ws_path, MONTHLY)
     _ok(cli("reconcile"))
-    _set_properties(ws_path, "orders_monthly", USER_PROPS)  # so carry_properties commits
+    if carry:  # carry_properties commits (else the swap alone must notice)
+        _set_properties(ws_path, "orders_monthly", USER_PROPS)
     _define(ws_path, DOUBLED)
     real_audit = rebuild.audit
     audited: list[int | None] = []
@@ -47,34 +47,28 @@ def _rebuild_with_foreign_commit(ws_path: Path, cli, monkeypatch):
         return rows
 
     monkeypatch.setattr(rebuild, "audit", audit_then_foreign_commit)
-    raised = None
-    with Workspace.open(ws_path) as ws:
-        try:
-            reconcile(ws, ["orders_monthly"])
-        except Exception as exc:  # noqa: BLE001 - the test inspects it
-            raised = exc
+    res = cli("reconcile")
     monkeypatch.setattr(rebuild, "audit", real_audit)
-    return raised, audited[0] if audited else None
+    return res, audited[0] if audited else None
 
 
-def test_a_commit_between_audit_and_swap_is_never_published(ws_path: Path, cli, monkeypatch):
-    from lakepub.errors import CommitContention
-
-    raised, audited = _rebuild_with_foreign_commit(ws_path, cli, monkeypatch)
+@pytest.mark.parametrize("carry", [True, False], ids=["with-property-commit", "swap-only"])
+def test_a_commit_between_audit_and_swap_is_never_published(ws_path: Path, cli, monkeypatch, carry: bool):
+    res, audited = _rebuild_with_foreign_commit(ws_path, cli, monkeypatch, carry)
+    assert audited is not None
     published = _table(ws_path, "orders_monthly")
     rows = _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1")
     assert all(r["cents"] != 666 for r in rows), rows  # the unaudited row was never published
-    if raised is None:  # swapped: then exactly the audited snapshot (plus at most the property commit)
-        assert published.metadata.current_snapshot_id == audited
-        assert rows == _oracle(cli, DOUBLED)
-    else:  # refused: retry family, the old version still published
-        assert isinstance(raised, CommitContention), raised
-        assert "reconcile" in str(raised)
-        assert rows == _oracle(cli, MONTHLY)
-        # the next run re-audits the rebuild: the foreign row fails it, nothing is published
-        res = cli("reconcile")
-        assert res.code != 0
-        assert all(r["cents"] != 666 for r in _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1"))
+    # the foreign window certainly landed after the audit: the rebuild refuses (retry family, exit 4)
+    assert res.code == 4, res.err + res.out
+    assert "run 'lakepub reconcile' again" in res.err and "Traceback" not in res.err, res.err
+    assert rows == _oracle(cli, MONTHLY)  # the old version is still the published one
+    assert published.metadata.current_snapshot_id != audited
+    # the next run re-audits the rebuild: the foreign row fails it, nothing is published
+    res = cli("reconcile")
+    assert res.code != 0, res.out
+    assert "audit" in res.err, res.err  # re-audited: the foreign row is one no window recorded
+    assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, MONTHLY)
 
 
 def test_the_property_commit_before_the_swap_writes_the_version_hint(ws_path: Path, cli):
