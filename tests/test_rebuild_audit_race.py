@@ -71,17 +71,19 @@ def test_a_commit_between_audit_and_swap_is_never_published(ws_path: Path, cli, 
     assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, MONTHLY)
 
 
-def test_the_property_commit_before_the_swap_writes_the_version_hint(ws_path: Path, cli):
+@pytest.mark.parametrize("carry", [True, False], ids=["with-property-commit", "last-window-commit"])
+def test_the_last_commit_before_the_swap_writes_the_version_hint(ws_path: Path, cli, carry: bool):
     from lakepub.store.version_hint import read_version_hint
 
     _publish(cli, ws_path, FIRST)
     _define(ws_path, MONTHLY)
     _ok(cli("reconcile"))
-    _set_properties(ws_path, "orders_monthly", USER_PROPS)
+    if carry:
+        _set_properties(ws_path, "orders_monthly", USER_PROPS)
     _define(ws_path, DOUBLED)
     _ok(cli("reconcile"))
     table = _table(ws_path, "orders_monthly")
-    assert {k: table.properties.get(k) for k in USER_PROPS} == USER_PROPS
+    assert ({k: table.properties.get(k) for k in USER_PROPS} == USER_PROPS) == carry
     assert read_version_hint(table.io, table.metadata.location) == table.metadata_location
     con = _outside_duckdb(guessing=False)  # a reader of the table folder follows the hint
     folder = table.metadata.location.removeprefix("file://")
