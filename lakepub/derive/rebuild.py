@@ -31,6 +31,13 @@ new partitioning), ``schema.name-mapping.default`` (names of the old schema) and
 ``format-version`` are the rebuild's. A property the published table lost (removed by hand) but
 the rebuild table has from its creation defaults stays. One metadata commit, no data read.
 
+What is swapped in is exactly what was audited: the property commit compare-and-sets the rebuild
+table's pointer from the metadata location the audit read (lakepub's commit, which also writes
+the version hint), and the swap asserts the rebuild's pointer is the one that commit (or, with
+no property to carry, the audit) left. A window another process committed to the rebuild in
+between (a concurrent ``reconcile --window``, a resumed rebuild) fails either: exit 4, nothing
+published, and the next ``reconcile`` plans and audits again (tests/test_rebuild_audit_race.py).
+
 After the swap the published table's files live under the rebuild's folder; the old version's
 folder is no longer any table's: the janitor deletes it as superseded (maintenance/superseded.py),
 as it does the folder of an abandoned rebuild table once ``reconcile`` dropped it. Cost: the whole dataset computed once more, plus one read-back of it.
@@ -56,14 +63,35 @@ def carried_properties(published: dict[str, str], rebuilt: dict[str, str]) -> di
             if not k.startswith(_OWN_PREFIXES) and k not in _OWN_KEYS and rebuilt.get(k) != v}
 
 
-def carry_properties(ctx: Context, name: str, into: str) -> None:
-    """Commit the published table's user properties onto the rebuild table ``into`` (if any differ)."""
+def carry_properties(ctx: Context, name: str, audited) -> str:
+    """Commit the published table's user properties onto the rebuild table as it was audited
+    (``audited``, a loaded Table) if any differ; returns the metadata location to swap in.
+
+    lakepub's commit (``store/commit.commit_atomically``), not pyiceberg's: pyiceberg's SQL
+    catalog validates a transaction's requirements against the table as it reloads it at commit
+    time, so a window another process committed since the audit was silently built upon (and
+    then swapped in unaudited). lakepub's compare-and-sets the pointer from the audited metadata
+    location (a window committed since: CommitContention, exit 4; the next run re-audits), and
+    writes the version hint after it. A requirement on main would add nothing: it is checked
+    against the audited metadata itself."""
+    from lakepub.store.commit import CommitConflict, TableChange, commit_atomically
+    from lakepub.store.write import transaction
+
     ctx.forget(name)  # if it moved since the rebuild was planned, the swap fails anyway (exit 4)
-    carry = carried_properties(ctx.table(name).properties, ctx.table(into).properties)
-    if carry:
-        with ctx.table(into).transaction() as tx:
-            tx.set_properties(carry)
-        ctx.forget(into)
+    carry = carried_properties(ctx.table(name).properties, audited.properties)
+    if not carry:
+        return audited.metadata_location
+    tx = transaction(audited)
+    tx.set_properties(carry)
+    ident = ".".join(audited.name())
+    try:
+        return commit_atomically(ctx.ws.catalog, [TableChange(audited, tx)])[ident]
+    except CommitConflict as exc:
+        raise CommitContention(_MOVED.format(into=ident, exc=exc)) from exc
+
+
+_MOVED = ("the rebuild {into} moved after its audit ({exc}): another process committed to it; nothing was "
+          "published, the rebuild is kept: run 'lakepub reconcile' again (it re-audits)")
 
 
 def rebuild_name(name: str, data_version: str) -> str:
@@ -143,16 +171,19 @@ def finish(ctx: Context, name: str, into: str, expected: str, batching: Batching
         raise CommitContention(f"{name} or its inputs moved just before its rebuild {into} was swapped in "
                                f"({sum(len(w.pending) for w in again.pending)} partition(s) pending again); the "
                                "rebuild is kept: run 'lakepub reconcile' again")
+    table = ctx.table(into)  # what is audited is what is swapped in: its pointer is asserted until the swap
     audit(ctx, name, into)
-    carry_properties(ctx, name, into)
-    audited = ctx.table(into).metadata_location  # swapped in only if no window committed since
+    if ctx.table(into) is not table:
+        raise CommitContention(_MOVED.format(into=into, exc="reloaded during the audit"))
+    audited = carry_properties(ctx, name, table)
     ns = ctx.ws.config.namespace
     try:
         location = swap_table(ctx.ws.catalog, summary_id(ns, name), expected, summary_id(ns, into),
                               rebuilt_location=audited)
     except CommitConflict as exc:
-        raise CommitContention(f"{name} moved while its rebuild {into} was built ({exc}); the rebuild is kept: "
-                               "run 'lakepub reconcile' again") from exc
+        raise CommitContention(f"{name} moved while its rebuild {into} was built, or the rebuild since its audit "
+                               f"({exc}); nothing was published, the rebuild is kept: run 'lakepub reconcile' "
+                               "again (it re-audits)") from exc
     ctx.forget(name)
     ctx.forget(into)
     return location
