@@ -79,6 +79,7 @@ from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT
 
 from lakepub.store.cache import CACHE_FOLDER, CACHE_LIMIT_MB, DEFAULT_LIMIT_MB, PART_PREFIX, FileCache, parquet_file
+from lakepub.store import single_put
 from lakepub.store.remembered import Remembered
 from lakepub.store.uploads import (  # noqa: F401 - UploadFailed, uploads_done: re-exported
     _SWAP_WAITS, _UPLOADS, UploadFailed, _wait_upload, background_upload, metadata_before_uploads, uploads_done,
@@ -472,6 +473,11 @@ class LakepubFileIO(PyArrowFileIO):
             return False
         background_upload(location, upload)
         return True
+
+    def put_file(self, location: str, source: Any, size: int) -> bool:
+        """Upload a local file too large for pyarrow's single PUT in one PutObject
+        (``store/single_put.py``); False: the caller uploads it through pyarrow."""
+        return single_put.put_file(self.properties, location, source, size)
 
     def new_output(self, location: str) -> PyArrowFile:
         return _on_s3(super().new_output(location), self.disk, self.background)
