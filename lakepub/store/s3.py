@@ -12,7 +12,8 @@ LIST). At 20-50 ms per request that was ~70 requests in sequence per publish (me
 * the file system is opened with ``allow_delayed_open=True``: pyarrow then starts no upload at
   open, and a file that fits in one part (below pyarrow's 5 MiB part size: every metadata file,
   manifest and small partition file) goes up in ONE PutObject at close; larger files are still
-  multipart uploads;
+  multipart uploads, except key-index runs, put in one request by ``put_file``
+  (``store/single_put.py``);
 * ``create(overwrite=False)`` skips the existence check. Every file pyiceberg and lakepub create
   without overwriting has a fresh UUID in its name (data files, manifests, manifest lists,
   ``<n>-<uuid>.metadata.json``), so the check can only answer "no"; and S3 has no atomic
