@@ -38,14 +38,12 @@ def mapped(properties: Mapping[str, Any]) -> bool:
 
 def _client(properties: Mapping[str, Any]) -> Any:
     key = tuple(sorted((k, str(v)) for k, v in properties.items() if k in _MAPPED))
-    with _LOCK:
+    with _LOCK:  # made under the lock: boto3's default session is not thread-safe (clients are)
         client = _CLIENTS.get(key)
-    if client is None:
-        from lakepub.maintenance.filestore import S3FileStore
+        if client is None:
+            from lakepub.maintenance.filestore import S3FileStore
 
-        client = S3FileStore.from_properties(dict(key)).client
-        with _LOCK:
-            client = _CLIENTS.setdefault(key, client)
+            client = _CLIENTS[key] = S3FileStore.from_properties(dict(key)).client
     return client
 
 
