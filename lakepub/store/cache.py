@@ -132,9 +132,13 @@ class FileCache:
         size = os.fstat(source.fileno()).st_size
 
         def upload() -> None:
-            with source, io.new_output(location).create(overwrite=True) as sink:
-                while chunk := source.read(CHUNK):
-                    sink.write(chunk)
+            with source:
+                put_file = getattr(io, "put_file", None)  # store/single_put.py: one PutObject if large
+                if put_file is not None and put_file(location, source, size):
+                    return
+                with io.new_output(location).create(overwrite=True) as sink:
+                    while chunk := source.read(CHUNK):
+                        sink.write(chunk)
 
         later = getattr(io, "upload_later", None)
         if later is None or not later(location, upload):

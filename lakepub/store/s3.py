@@ -12,7 +12,8 @@ LIST). At 20-50 ms per request that was ~70 requests in sequence per publish (me
 * the file system is opened with ``allow_delayed_open=True``: pyarrow then starts no upload at
   open, and a file that fits in one part (below pyarrow's 5 MiB part size: every metadata file,
   manifest and small partition file) goes up in ONE PutObject at close; larger files are still
-  multipart uploads;
+  multipart uploads, except key-index runs, put in one request by ``put_file``
+  (``store/single_put.py``);
 * ``create(overwrite=False)`` skips the existence check. Every file pyiceberg and lakepub create
   without overwriting has a fresh UUID in its name (data files, manifests, manifest lists,
   ``<n>-<uuid>.metadata.json``), so the check can only answer "no"; and S3 has no atomic
@@ -79,6 +80,7 @@ from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT
 
 from lakepub.store.cache import CACHE_FOLDER, CACHE_LIMIT_MB, DEFAULT_LIMIT_MB, PART_PREFIX, FileCache, parquet_file
+from lakepub.store import single_put
 from lakepub.store.remembered import Remembered
 from lakepub.store.uploads import (  # noqa: F401 - UploadFailed, uploads_done: re-exported
     _SWAP_WAITS, _UPLOADS, UploadFailed, _wait_upload, background_upload, metadata_before_uploads, uploads_done,
@@ -472,6 +474,11 @@ class LakepubFileIO(PyArrowFileIO):
             return False
         background_upload(location, upload)
         return True
+
+    def put_file(self, location: str, source: Any, size: int) -> bool:
+        """Upload a local file too large for pyarrow's single PUT in one PutObject
+        (``store/single_put.py``); False: the caller uploads it through pyarrow."""
+        return single_put.put_file(self.properties, location, source, size)
 
     def new_output(self, location: str) -> PyArrowFile:
         return _on_s3(super().new_output(location), self.disk, self.background)
