@@ -75,3 +75,46 @@ def test_runs_uploaded_by_put_object_are_read_back_by_a_new_process(s3_endpoint,
     fresh = Workspace.open(ws.config.root)
     assert fresh.verify(DATASET, deep=True).ok
     assert _published(fresh) == _published_oracle(fresh)
+
+
+def _pyarrow_options(properties):
+    """The options pyiceberg's S3 file system is made with from ``properties`` (its pickled form)."""
+    fs = LakepubFileIO(properties)._make_s3_fs("bucket")
+    return fs.__reduce__()[1][0]
+
+
+@pytest.mark.parametrize("endpoint", ["127.0.0.1:9", "s3.example.com", "https://s3.example.com",
+                                      "http://127.0.0.1:9"])
+def test_the_client_uses_the_scheme_pyarrow_uses(endpoint):
+    # pyarrow's endpoint_override without a scheme is HTTPS (its ``scheme`` defaults to https):
+    # a run must not go up in clear text beside files that went up over TLS.
+    props = {"s3.endpoint": endpoint, "s3.region": "us-east-1", "s3.access-key-id": "a",
+             "s3.secret-access-key": "b"}
+    scheme = _pyarrow_options(props)["scheme"]
+    if "://" in endpoint:
+        scheme = endpoint.split("://")[0]
+    assert single_put._client(props).meta.endpoint_url.split("://")[0] == scheme
+
+
+@pytest.mark.parametrize("value", ["1", "yes", "True", "true", "0", "no", "false"])
+def test_virtual_addressing_is_read_as_pyiceberg_reads_it(value):
+    props = {"s3.endpoint": "http://127.0.0.1:9", "s3.region": "us-east-1", "s3.access-key-id": "a",
+             "s3.secret-access-key": "b", "s3.force-virtual-addressing": value}
+    virtual = _pyarrow_options(props)["force_virtual_addressing"]
+    style = (single_put._client(props).meta.config.s3 or {}).get("addressing_style", "auto")
+    assert (style == "path") is (not virtual), (value, virtual, style)
+
+
+def test_a_failed_put_is_an_os_error_like_pyarrows(s3_endpoint, tmp_path):
+    # Without background uploads (a REST catalog) the upload runs in the caller, whose
+    # ``except OSError`` (publish/lookup.py ``runs_after``: the new snapshot gets no index) must
+    # see a failed PutObject as it saw a failed pyarrow upload, not as an internal error.
+    io = LakepubFileIO(s3_endpoint.s3_properties())
+    assert not io.background
+    cache = FileCache(tmp_path / "cache")
+    location = "s3://no-such-bucket-lakepub/index/run.arrow"
+    local = cache.path(location)
+    local.parent.mkdir(parents=True)
+    shutil.move(_big_arrow(tmp_path, 9), local)
+    with pytest.raises(OSError):
+        cache.put(io, location, local)
