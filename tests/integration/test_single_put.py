@@ -118,3 +118,15 @@ def test_a_failed_put_is_an_os_error_like_pyarrows(s3_endpoint, tmp_path):
     shutil.move(_big_arrow(tmp_path, 9), local)
     with pytest.raises(OSError):
         cache.put(io, location, local)
+
+
+@pytest.mark.parametrize("variable", ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"])
+def test_an_endpoint_in_the_environment_is_not_used_as_pyarrow_does_not_use_it(monkeypatch, variable):
+    # pyarrow 26 ignores AWS_ENDPOINT_URL(_S3) (measured: a PutObject without s3.endpoint went to
+    # <bucket>.s3.<region>.amazonaws.com with the variable set); boto3 honours it, so without
+    # this a run would go up to another store than the rest of the warehouse.
+    monkeypatch.setenv(variable, "http://127.0.0.1:9")
+    props = {"s3.region": "eu-west-1", "s3.access-key-id": "a", "s3.secret-access-key": "b"}
+    assert not _pyarrow_options(props)["endpoint_override"]
+    endpoint = single_put._client(props).meta.endpoint_url
+    assert "127.0.0.1" not in endpoint and "amazonaws.com" in endpoint, endpoint
