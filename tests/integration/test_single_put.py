@@ -130,3 +130,40 @@ def test_an_endpoint_in_the_environment_is_not_used_as_pyarrow_does_not_use_it(m
     assert not _pyarrow_options(props)["endpoint_override"]
     endpoint = single_put._client(props).meta.endpoint_url
     assert "127.0.0.1" not in endpoint and "amazonaws.com" in endpoint, endpoint
+
+
+def test_a_put_object_failing_in_its_upload_thread_publishes_nothing(s3_endpoint, make_workspace, tmp_path,
+                                                                    monkeypatch):
+    # boto3's own exception, raised after part of the body was read, inside the background
+    # upload: recorded before the barrier, the batch refused (retry), nothing published; a new
+    # process publishes everything.
+    from botocore.exceptions import EndpointConnectionError
+
+    from lakepub.errors import RetryableError
+    from lakepub.store import uploads
+
+    ws = _workspace(make_workspace, tmp_path, s3_endpoint, "singleputfail", events=900)
+    seen: list[int] = []
+    ws.run(DATASET, max_batch=300, stop=lambda: bool(seen.append(1)) or len(seen) > 1)  # one batch
+    before = _published(ws)
+    monkeypatch.setattr(uploads, "_FAILED", [])
+    monkeypatch.setattr(single_put, "SINGLE_PUT_FROM", 1)
+    tried = []
+
+    class Failing:
+        def put_object(self, Body, **kwargs):
+            Body.read(100)
+            tried.append(kwargs["Key"])
+            raise EndpointConnectionError(endpoint_url="https://s3.example.com")
+
+    monkeypatch.setattr(single_put, "_client", lambda properties: Failing())
+    with pytest.raises(RetryableError, match="earlier upload") as refused:
+        ws.run(DATASET, max_batch=300)
+    assert refused.value.exit_code == 4 and tried
+    assert _published(ws) == before
+    monkeypatch.undo()
+    monkeypatch.setattr(uploads, "_FAILED", [])  # a new process
+    REMEMBERED.clear()
+    fresh = Workspace.open(ws.config.root)
+    fresh.run(DATASET)
+    assert _published(fresh) == _published_oracle(fresh)
