@@ -123,9 +123,8 @@ def test_a_failed_put_is_an_os_error_like_pyarrows(s3_endpoint, tmp_path):
 @pytest.mark.parametrize("variable", ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"])
 def test_an_endpoint_in_the_environment_is_not_used_as_pyarrow_does_not_use_it(monkeypatch, variable):
     # pyarrow 26 ignores AWS_ENDPOINT_URL(_S3) and a profile's endpoint_url (measured: an upload
-    # without s3.endpoint went to
-    # <bucket>.s3.<region>.amazonaws.com with the variable set); boto3 honours it, so without
-    # this a run would go up to another store than the rest of the warehouse.
+    # without s3.endpoint went to <bucket>.s3.<region>.amazonaws.com with either set); boto3
+    # honours them, so without this a run would go up to another store than the warehouse's.
     monkeypatch.setenv(variable, "http://127.0.0.1:9")
     props = {"s3.region": "eu-west-1", "s3.access-key-id": "a", "s3.secret-access-key": "b"}
     assert not _pyarrow_options(props)["endpoint_override"]
