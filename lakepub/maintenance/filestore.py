@@ -165,7 +165,9 @@ class S3FileStore:
             aws_secret_access_key=props.get("s3.secret-access-key") or None,
             aws_session_token=props.get("s3.session-token") or None,
             region_name=props.get("s3.region") or props.get("client.region") or None,
-            config=Config(s3={"addressing_style": "path"}) if path_style else None,
+            # the endpoint is s3.endpoint's or AWS's, as pyarrow's (which ignores AWS_ENDPOINT_URL*
+            # and a profile's endpoint_url): never another store than the warehouse's files
+            config=Config(s3={"addressing_style": "path"} if path_style else None, ignore_configured_endpoint_urls=True),
         )
         return cls(client, **kwargs)
 

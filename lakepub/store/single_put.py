@@ -13,7 +13,10 @@ critical path of every merging batch (3 of 10; scripts/bench/object_store.py's r
 properties. Only the properties it maps are allowed: a FileIO with any other ``s3.*`` or
 ``client.*`` property (a role to assume, a proxy, a signer, ...) answers False and the caller
 uploads through pyarrow as before, so the file always goes up with the credentials and endpoint
-the rest of the warehouse uses. The upload's outcome is the same either way: PutObject is
+the rest of the warehouse uses (read as pyarrow reads them: an endpoint without a scheme is
+HTTPS, ``s3.force-virtual-addressing`` any of pyiceberg's booleans). A failed PutObject is an
+OSError, as pyarrow's failed upload is (``publish/lookup.runs_after`` then writes no index when
+the upload runs in the caller). The upload's outcome is the same either way: PutObject is
 atomic (the object appears whole or not at all), and the caller's background-upload barrier
 (``store/uploads.py``) still stands between it and any pointer swap naming it.
 """
@@ -36,8 +39,28 @@ def mapped(properties: Mapping[str, Any]) -> bool:
     return not any(str(k).startswith(("s3.", "client.")) and k not in _MAPPED for k in properties)
 
 
+def _as_pyarrow(properties: Mapping[str, Any]) -> dict[str, str] | None:
+    """The mapped properties, spelt so that ``S3FileStore.from_properties`` reads them as pyiceberg
+    and pyarrow do (None: a value pyiceberg would reject; pyarrow's upload then reports it). An
+    endpoint without a scheme is HTTPS to pyarrow (``S3FileSystem(scheme="https")``), and
+    ``s3.force-virtual-addressing`` is any of pyiceberg's booleans (``1``, ``yes``, ``on`` ...)."""
+    from pyiceberg.types import strtobool
+
+    props = {k: str(v) for k, v in properties.items() if k in _MAPPED}
+    endpoint = props.get("s3.endpoint")
+    if endpoint and "://" not in endpoint:
+        props["s3.endpoint"] = f"https://{endpoint}"
+    virtual = props.get("s3.force-virtual-addressing")
+    if virtual:
+        try:
+            props["s3.force-virtual-addressing"] = "true" if strtobool(virtual) else "false"
+        except ValueError:
+            return None
+    return props
+
+
 def _client(properties: Mapping[str, Any]) -> Any:
-    key = tuple(sorted((k, str(v)) for k, v in properties.items() if k in _MAPPED))
+    key = tuple(sorted((_as_pyarrow(properties) or {}).items()))
     with _LOCK:  # made under the lock: boto3's default session is not thread-safe (clients are)
         client = _CLIENTS.get(key)
         if client is None:
@@ -54,6 +77,15 @@ def put_file(properties: Mapping[str, Any], location: str, source: BinaryIO, siz
     if not (SINGLE_PUT_FROM <= size <= SINGLE_PUT_MAX and location.startswith(("s3://", "s3a://"))
             and mapped(properties)):
         return False
+    if _as_pyarrow(properties) is None:
+        return False
     bucket, _, key = location.split("://", 1)[1].partition("/")
-    _client(properties).put_object(Bucket=bucket, Key=key, Body=source, ContentLength=size)
+    try:
+        _client(properties).put_object(Bucket=bucket, Key=key, Body=source, ContentLength=size)
+    except Exception as exc:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if isinstance(exc, (BotoCoreError, ClientError)):  # an OSError, as pyarrow's failed upload is:
+            raise OSError(f"PutObject of {location} failed: {exc}") from exc  # callers catch OSError
+        raise
     return True

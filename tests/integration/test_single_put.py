@@ -75,3 +75,95 @@ def test_runs_uploaded_by_put_object_are_read_back_by_a_new_process(s3_endpoint,
     fresh = Workspace.open(ws.config.root)
     assert fresh.verify(DATASET, deep=True).ok
     assert _published(fresh) == _published_oracle(fresh)
+
+
+def _pyarrow_options(properties):
+    """The options pyiceberg's S3 file system is made with from ``properties`` (its pickled form)."""
+    fs = LakepubFileIO(properties)._make_s3_fs("bucket")
+    return fs.__reduce__()[1][0]
+
+
+@pytest.mark.parametrize("endpoint", ["127.0.0.1:9", "s3.example.com", "https://s3.example.com",
+                                      "http://127.0.0.1:9"])
+def test_the_client_uses_the_scheme_pyarrow_uses(endpoint):
+    # pyarrow's endpoint_override without a scheme is HTTPS (its ``scheme`` defaults to https):
+    # a run must not go up in clear text beside files that went up over TLS.
+    props = {"s3.endpoint": endpoint, "s3.region": "us-east-1", "s3.access-key-id": "a",
+             "s3.secret-access-key": "b"}
+    scheme = _pyarrow_options(props)["scheme"]
+    if "://" in endpoint:
+        scheme = endpoint.split("://")[0]
+    assert single_put._client(props).meta.endpoint_url.split("://")[0] == scheme
+
+
+@pytest.mark.parametrize("value", ["1", "yes", "True", "true", "0", "no", "false"])
+def test_virtual_addressing_is_read_as_pyiceberg_reads_it(value):
+    props = {"s3.endpoint": "http://127.0.0.1:9", "s3.region": "us-east-1", "s3.access-key-id": "a",
+             "s3.secret-access-key": "b", "s3.force-virtual-addressing": value}
+    virtual = _pyarrow_options(props)["force_virtual_addressing"]
+    style = (single_put._client(props).meta.config.s3 or {}).get("addressing_style", "auto")
+    assert (style == "path") is (not virtual), (value, virtual, style)
+
+
+def test_a_failed_put_is_an_os_error_like_pyarrows(s3_endpoint, tmp_path):
+    # Without background uploads (a REST catalog) the upload runs in the caller, whose
+    # ``except OSError`` (publish/lookup.py ``runs_after``: the new snapshot gets no index) must
+    # see a failed PutObject as it saw a failed pyarrow upload, not as an internal error.
+    io = LakepubFileIO(s3_endpoint.s3_properties())
+    assert not io.background
+    cache = FileCache(tmp_path / "cache")
+    location = "s3://no-such-bucket-lakepub/index/run.arrow"
+    local = cache.path(location)
+    local.parent.mkdir(parents=True)
+    shutil.move(_big_arrow(tmp_path, 9), local)
+    with pytest.raises(OSError):
+        cache.put(io, location, local)
+
+
+@pytest.mark.parametrize("variable", ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"])
+def test_an_endpoint_in_the_environment_is_not_used_as_pyarrow_does_not_use_it(monkeypatch, variable):
+    # pyarrow 26 ignores AWS_ENDPOINT_URL(_S3) and a profile's endpoint_url (measured: an upload
+    # without s3.endpoint went to <bucket>.s3.<region>.amazonaws.com with either set); boto3
+    # honours them, so without this a run would go up to another store than the warehouse's.
+    monkeypatch.setenv(variable, "http://127.0.0.1:9")
+    props = {"s3.region": "eu-west-1", "s3.access-key-id": "a", "s3.secret-access-key": "b"}
+    assert not _pyarrow_options(props)["endpoint_override"]
+    endpoint = single_put._client(props).meta.endpoint_url
+    assert "127.0.0.1" not in endpoint and "amazonaws.com" in endpoint, endpoint
+
+
+def test_a_put_object_failing_in_its_upload_thread_publishes_nothing(s3_endpoint, make_workspace, tmp_path,
+                                                                    monkeypatch):
+    # boto3's own exception, raised after part of the body was read, inside the background
+    # upload: recorded before the barrier, the batch refused (retry), nothing published; a new
+    # process publishes everything.
+    from botocore.exceptions import EndpointConnectionError
+
+    from lakepub.errors import RetryableError
+    from lakepub.store import uploads
+
+    ws = _workspace(make_workspace, tmp_path, s3_endpoint, "singleputfail", events=900)
+    seen: list[int] = []
+    ws.run(DATASET, max_batch=300, stop=lambda: bool(seen.append(1)) or len(seen) > 1)  # one batch
+    before = _published(ws)
+    monkeypatch.setattr(uploads, "_FAILED", [])
+    monkeypatch.setattr(single_put, "SINGLE_PUT_FROM", 1)
+    tried = []
+
+    class Failing:
+        def put_object(self, Body, **kwargs):
+            Body.read(100)
+            tried.append(kwargs["Key"])
+            raise EndpointConnectionError(endpoint_url="https://s3.example.com")
+
+    monkeypatch.setattr(single_put, "_client", lambda properties: Failing())
+    with pytest.raises(RetryableError, match="earlier upload") as refused:
+        ws.run(DATASET, max_batch=300)
+    assert refused.value.exit_code == 4 and tried
+    assert _published(ws) == before
+    monkeypatch.undo()
+    monkeypatch.setattr(uploads, "_FAILED", [])  # a new process
+    REMEMBERED.clear()
+    fresh = Workspace.open(ws.config.root)
+    fresh.run(DATASET)
+    assert _published(fresh) == _published_oracle(fresh)
