@@ -10,8 +10,9 @@ LIST). At 20-50 ms per request that was ~70 requests in sequence per publish (me
 ``LakepubFileIO`` is that FileIO with two changes, for S3 locations only:
 
 * the file system is opened with ``allow_delayed_open=True``: pyarrow then starts no upload at
-  open, and a file that fits in one part (below pyarrow's 5 MiB part size: every metadata file,
-  manifest and small partition file) goes up in ONE PutObject at close; larger files are still
+  open, and a file that fits in one part (up to pyarrow's 10 MiB part size, measured on pyarrow
+  26 in ``store/single_put.py``: every metadata file, manifest and most partition files) goes up
+  in ONE PutObject at close; larger files are still
   multipart uploads, except key-index runs, put in one request by ``put_file``
   (``store/single_put.py``);
 * ``create(overwrite=False)`` skips the existence check. Every file pyiceberg and lakepub create
