@@ -181,7 +181,8 @@ def configure_s3(con: duckdb.DuckDBPyConnection, props: Mapping[str, str]) -> No
     parts.append(f"REGION '{_q(props.get('s3.region', 'us-east-1'))}'")
     endpoint = props.get("s3.endpoint")
     if endpoint:
-        url = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
+        # no scheme: HTTPS, as pyarrow (``S3FileSystem(scheme="https")``) writes the same files
+        url = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
         parts.append(f"ENDPOINT '{_q(url.netloc)}'")
         parts.append("URL_STYLE 'path'")
         parts.append(f"USE_SSL {'true' if url.scheme == 'https' else 'false'}")

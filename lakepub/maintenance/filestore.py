@@ -156,7 +156,7 @@ class S3FileStore:
 
         endpoint = props.get("s3.endpoint")
         if endpoint and "://" not in endpoint:
-            endpoint = f"http://{endpoint}"
+            endpoint = f"https://{endpoint}"  # as pyarrow, which writes the files the janitor lists
         path_style = bool(endpoint) and str(props.get("s3.force-virtual-addressing", "false")).lower() != "true"
         client = boto3.client(
             "s3",

@@ -167,3 +167,28 @@ def test_a_put_object_failing_in_its_upload_thread_publishes_nothing(s3_endpoint
     fresh = Workspace.open(ws.config.root)
     fresh.run(DATASET)
     assert _published(fresh) == _published_oracle(fresh)
+
+
+def test_a_bare_endpoint_is_https_for_the_janitor_and_duckdb_too():
+    """pyarrow writes the warehouse over HTTPS to a ``host:port`` endpoint; the janitor's boto3
+    client and DuckDB's secret must reach the same endpoint the same way (not plain HTTP)."""
+    import duckdb
+
+    from lakepub.duck import configure_s3
+    from lakepub.maintenance.filestore import S3FileStore
+
+    props = {"s3.endpoint": "store.example:9000", "s3.access-key-id": "k", "s3.secret-access-key": "s",
+             "s3.region": "us-east-1"}
+    assert S3FileStore.from_properties(props).client.meta.endpoint_url == "https://store.example:9000"
+    con = duckdb.connect()
+    seen: list[str] = []
+    con_execute = con.execute
+
+    class Spy:
+        def execute(self, sql, *args):
+            seen.append(sql)
+            return con_execute(sql, *args) if not sql.startswith("CREATE OR REPLACE SECRET") else None
+
+    configure_s3(Spy(), props)
+    secret = next(s for s in seen if s.startswith("CREATE OR REPLACE SECRET"))
+    assert "ENDPOINT 'store.example:9000'" in secret and "USE_SSL true" in secret
