@@ -21,10 +21,16 @@ between them (``--scale-rounds``), wall and CPU time.
 pyiceberg's upsert with a composite key builds one filter term per key and grows with the table
 (~40-50 s per 3,000-key batch once the table holds ~10k rows here); with 100k-key batches its
 second batch crashed the process (SIGSEGV in libarrow, pyiceberg 0.12) in both runs here, so it
-runs in a child process and the report says how far it got (the ratio over the batches it
-completed, not the stream's).
+runs in a child process and the report says how far it got. pyiceberg's tracker gives the
+workaround (apache/iceberg-python#3508 open, #2058: upsert in slices of ~1,000 rows), which is
+what ``--upsert-chunk 1000`` runs; slices of 10,000 crashed here too, 5,000 took 94-285 s each
+into a 100k-row table, 1,000 took 7-12 s each (load ~20), i.e. ~20 min per 100k batch, so
+``--upsert-budget SECONDS`` stops it and the ratio becomes rows/s: lakepub's over the whole
+stream against upsert's over the rows it completed, the stream's first and cheapest (a lower
+bound of the stream's ratio).
 
     python scripts/bench/merge_on_read.py [--quick] [--events N] [--max-batch N] [--customers N] [--skip-upsert] [--json PATH]
+    python scripts/bench/merge_on_read.py --skip-cow --upsert-chunk 1000 --upsert-budget 300   # (a), issue 12
 """
 
 from __future__ import annotations
@@ -165,7 +171,20 @@ def run_lakepub(folder: Path, mode: str, batches: list[pa.Table], after=None) ->
     return times
 
 
-def run_upsert(folder: Path, batches: list[pa.Table], record: Path | None = None) -> list[float]:
+def latest_rows(batch: pa.Table) -> pa.Table:
+    """A batch as a pyiceberg user upserts it: the highest version per key."""
+    latest = batch.group_by(["tenant", "customer_id"]).aggregate([("version", "max")])
+    return batch.join(latest.rename_columns(["tenant", "customer_id", "version"]),
+                      keys=["tenant", "customer_id", "version"], join_type="inner")
+
+
+def run_upsert(folder: Path, batches: list[pa.Table], record: Path | None = None, chunk: int = 0,
+               budget: float = 0) -> list[float]:
+    """Per batch, ``Table.upsert`` of its latest rows; ``chunk``: in slices of that many rows
+    (pyiceberg's own workaround for its composite-key upsert crashing the process on large
+    batches: one Or-term per key overflows arrow's Canonicalize, apache/iceberg-python#3508,
+    #2058); ``budget``: start no upsert call after that many seconds. Each call's rows and
+    seconds are appended to ``record`` as it completes (a crash keeps what was done)."""
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.schema import Schema
     from pyiceberg.types import BooleanType, DateType, IntegerType, LongType, NestedField, StringType
@@ -182,42 +201,60 @@ def run_upsert(folder: Path, batches: list[pa.Table], record: Path | None = None
         identifier_field_ids=[1, 2])
     table = catalog.create_table("bench.customers", schema=schema)
     arrow_schema = table.schema().as_arrow()
-    times = []
+    times, started = [], time.perf_counter()
     for i, batch in enumerate(batches):
         t0 = time.perf_counter()
-        latest = batch.group_by(["tenant", "customer_id"]).aggregate([("version", "max")])
-        rows = batch.join(latest.rename_columns(["tenant", "customer_id", "version"]),
-                          keys=["tenant", "customer_id", "version"], join_type="inner")
-        table.upsert(rows.select(arrow_schema.names).cast(arrow_schema), join_cols=["tenant", "customer_id"])
-        table = catalog.load_table("bench.customers")
+        rows = latest_rows(batch).select(arrow_schema.names).cast(arrow_schema)
+        step = chunk or rows.num_rows
+        for start in range(0, rows.num_rows, step):
+            if budget and time.perf_counter() - started > budget:
+                c.log(f"pyiceberg upsert: budget of {budget:.0f} s spent in batch {i + 1}")
+                return times
+            t1 = time.perf_counter()
+            part = rows.slice(start, step)
+            table.upsert(part, join_cols=["tenant", "customer_id"])
+            table = catalog.load_table("bench.customers")
+            if record is not None:
+                with record.open("a") as out:
+                    out.write(f"{i} {part.num_rows} {time.perf_counter() - t1}\n")
         times.append(time.perf_counter() - t0)
         c.log(f"pyiceberg upsert: batch {i + 1}/{len(batches)} {times[-1]:.2f} s")
-        if record is not None:
-            with record.open("a") as out:
-                out.write(f"{times[-1]}\n")
     return times
 
 
-def run_upsert_apart(args, folder: Path) -> tuple[list[float], str | None]:
+def run_upsert_apart(args, folder: Path) -> tuple[list[tuple[int, int, float]], str | None]:
     """``run_upsert`` in a child process (pyiceberg 0.12's upsert of a 100k-key composite batch
-    crashed the process with SIGSEGV in libarrow here): the seconds of the batches it completed,
-    and how it ended if it did not complete them all."""
+    crashed the process with SIGSEGV in libarrow here): (batch, rows, seconds) of each upsert call
+    it completed, and how it ended if it did not complete the stream (a crash, or its budget)."""
     import subprocess
 
     folder.mkdir(parents=True)
     record = folder / "times.txt"
     child = [sys.executable, __file__, "--upsert-child", str(record), "--seed", str(args.seed)]
-    for flag, value in (("--events", args.events), ("--max-batch", args.max_batch), ("--customers", args.customers)):
+    for flag, value in (("--events", args.events), ("--max-batch", args.max_batch), ("--customers", args.customers),
+                        ("--upsert-chunk", args.upsert_chunk), ("--upsert-budget", args.upsert_budget)):
         if value:
             child += [flag, str(value)]
     if args.quick:
         child.append("--quick")
     done = subprocess.run(child, cwd=folder)
-    times = [float(x) for x in record.read_text().split()] if record.exists() else []
+    calls = [(int(b), int(n), float(t)) for b, n, t in (line.split() for line in record.read_text().splitlines())] \
+        if record.exists() else []
+    total = sum(latest_rows(b).num_rows for b in make_batches(*_stream(args), args.seed))
+    done_rows = sum(n for _, n, _ in calls)
+    if done.returncode == 0 and done_rows == total:
+        return calls, None
     if done.returncode == 0:
-        return times, None
+        return calls, f"its budget of {args.upsert_budget:g} s was spent after {done_rows:,} of {total:,} rows"
     signal = f"signal {-done.returncode}" if done.returncode < 0 else f"exit {done.returncode}"
-    return times, f"the child process ended with {signal} during batch {len(times) + 1}"
+    return calls, f"the child process ended with {signal} after {done_rows:,} of {total:,} rows"
+
+
+def _stream(args) -> tuple[int, int, int]:
+    """(events, customers, max_batch) of the main stream."""
+    events = args.events or (3_000 if args.quick else 1_000_000)  # quick: the upsert grows per batch
+    max_batch = args.max_batch or (1_000 if args.quick else 100_000)
+    return events, args.customers or max(1, events // 2), max_batch
 
 
 def paired_scans(con, sources: dict[str, str], rounds: int = 5, query: str = SCAN) -> dict[str, tuple[float, float]]:
@@ -272,20 +309,23 @@ def main() -> None:
                    "at most 7: an 8th delete file per bucket makes the next publish rewrite it whole)")
     p.add_argument("--wide", metavar="ROWS", type=int, help="instead: the 200-column table of ROWS rows, one "
                    "20,000-change publish per mode, DuckDB scans with its deletes, plain and after the fold")
+    p.add_argument("--upsert-chunk", type=int, default=0, metavar="ROWS",
+                   help="the upsert baseline takes each batch in slices of ROWS rows (pyiceberg's workaround for its "
+                        "composite-key upsert crashing on large batches, apache/iceberg-python#3508; default: whole batches)")
+    p.add_argument("--upsert-budget", type=float, default=0, metavar="SECONDS",
+                   help="start no upsert call after SECONDS (the ratio is then over the rows it completed, the "
+                        "stream's first and cheapest: a lower bound of the stream's ratio; default: no limit)")
     p.add_argument("--upsert-child", metavar="PATH", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.upsert_child:  # run_upsert_apart's child: the upsert batches only, each time appended to PATH
-        events, max_batch = args.events or (3_000 if args.quick else 1_000_000), args.max_batch or (1_000 if args.quick else 100_000)
-        batches = make_batches(events, args.customers or max(1, events // 2), max_batch, args.seed)
-        run_upsert(args.upsert_child.parent / "upsert", batches, args.upsert_child)
+        batches = make_batches(*_stream(args), args.seed)
+        run_upsert(args.upsert_child.parent / "upsert", batches, args.upsert_child, args.upsert_chunk, args.upsert_budget)
         return None
     if args.scale:
         return scale(args)
     if args.wide:
         return wide(args)
-    events = args.events or (3_000 if args.quick else 1_000_000)  # quick: the upsert grows per batch
-    max_batch = args.max_batch or (1_000 if args.quick else 100_000)
-    customers = args.customers or max(1, events // 2)
+    events, customers, max_batch = _stream(args)
     r = c.Report("merge_on_read", "current-state publishes: merge-on-read vs copy-on-write vs pyiceberg upsert",
                  args.quick, params={"events": events, "max_batch": max_batch, "customers": customers,
                                      "partition": "bucket(16, customer_id)", "fields": 10, "seed": args.seed})
@@ -324,18 +364,29 @@ def main() -> None:
                      f"first {cow[0]:.2f} s, last {cow[-1]:.2f} s; CPU {sum(cow_cpu):.2f} s")
             r.ratio("cow_vs_mor", sum(cow), sum(mor), "copy-on-write / merge-on-read")
             r.ratio("cow_vs_mor_cpu", sum(cow_cpu), sum(mor_cpu), "copy-on-write / merge-on-read, CPU")
+        if ups is not None:
+            how = f"in slices of {args.upsert_chunk:,} rows" if args.upsert_chunk else "whole batches"
+            per_batch = {}
+            for b, n, t in ups:
+                per_batch[b] = per_batch.get(b, 0) + t
+            r.figure("upsert_seconds", sum(t for _, _, t in ups), f"pyiceberg upsert ({how}), total", "s",
+                     "; ".join(f"batch {b + 1}: {t:.2f} s" for b, t in sorted(per_batch.items())[:4]))
         if ups is not None and not upsert_failed:
-            r.figure("upsert_seconds", sum(ups), "pyiceberg upsert, total", "s", f"first {ups[0]:.2f} s, last {ups[-1]:.2f} s")
-            ratio = r.ratio("upsert_vs_mor", sum(ups), sum(mor), "pyiceberg upsert / lakepub merge-on-read")
+            ratio = r.ratio("upsert_vs_mor", sum(t for _, _, t in ups), sum(mor), "pyiceberg upsert / lakepub merge-on-read")
             r.target("pyiceberg upsert / lakepub MoR", ratio, ">=", 50)
         elif upsert_failed:
-            k = len(ups)
-            r.figure("upsert_failed", upsert_failed, f"pyiceberg upsert did not complete {len(batches)} batches", "",
-                     ", ".join(f"{t:.2f} s" for t in ups))
-            if k:
-                ratio = r.ratio("upsert_vs_mor_completed", sum(ups), sum(mor[:k]),
-                                f"pyiceberg upsert / lakepub merge-on-read over the {k} batch(es) upsert completed")
-                r.target(f"pyiceberg upsert / lakepub MoR, the {k} batch(es) upsert completed (not the stream)",
+            r.figure("upsert_failed", upsert_failed, "pyiceberg upsert did not complete the stream", "", "")
+            done_rows = sum(n for _, n, _ in ups)
+            if done_rows:
+                # rows per second over the same deduplicated rows; upsert's are the stream's first
+                # (its cost grows with the table), so the ratio is a lower bound of the stream's
+                mor_rate = sum(latest_rows(b).num_rows for b in batches) / sum(mor)
+                up_rate = done_rows / sum(t for _, _, t in ups)
+                r.figure("upsert_rows_per_s", up_rate, f"pyiceberg upsert, the {done_rows:,} rows it completed", "rows/s", "")
+                r.figure("mor_rows_per_s", mor_rate, "lakepub merge-on-read, the whole stream", "rows/s", "")
+                ratio = r.ratio("upsert_vs_mor_rate", mor_rate, up_rate,
+                                "lakepub rows/s (stream) / pyiceberg upsert rows/s (the rows it completed)")
+                r.target("lakepub MoR / pyiceberg upsert, rows/s (a lower bound: upsert ran the stream's first rows)",
                          ratio, ">=", 50)
 
         from lakepub.workspace import Workspace
