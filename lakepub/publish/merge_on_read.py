@@ -63,8 +63,11 @@ from lakepub.publish.published_state import PublishedState, conform, split, valu
 from lakepub.store.deletes import deleted_positions
 
 WRITE_MODES = ("copy-on-write", "merge-on-read")
+# A publish that would leave more than this share of a partition's stored rows deleted rewrites the
+# partition whole instead (a dataset's ``fold_threshold``; module docstring "Bounded reads").
+FOLD_THRESHOLD = 0.2
 # A partition holding this many delete files is rewritten whole by the next publish that changes
-# it (README "Merge-on-read": DuckDB's scan time grows with the live delete files).
+# it (README "Merge-on-read": DuckDB's scan time grows with the live delete files and data files).
 MAX_DELETE_FILES = 8
 
 
@@ -133,15 +136,31 @@ def _split_keys(rows: pa.Table, schema: pa.Schema, partition: PartitionBy, key: 
     return {v: t.select(list(key)) for v, t in split(rows.select(schema.names).cast(schema), partition).items()}
 
 
-def bounded(state: PublishedState, change: Delta, rows: Mapping[Any, pa.Table]) -> Delta:
-    """``change`` with every partition that already holds ``MAX_DELETE_FILES`` delete files
-    rewritten whole (its merged ``rows`` as one new file; its data and delete files dropped), so
-    that reads never apply more than that many delete files per partition between compactions."""
-    whole = frozenset(v for v in change.deleted if len(state.deletes.get(v, ())) >= MAX_DELETE_FILES)
+def bounded(state: PublishedState, change: Delta, rows: Mapping[Any, pa.Table],
+            threshold: float | None = None) -> Delta:
+    """``change`` with every partition it deletes rows of rewritten whole (its merged ``rows`` as
+    one new file; its data and delete files dropped) when, after ``change``, more than
+    ``threshold`` (``FOLD_THRESHOLD`` by default) of its stored rows would be deleted ones, or it
+    already holds ``MAX_DELETE_FILES`` delete files (module docstring: "Bounded reads")."""
+    threshold = FOLD_THRESHOLD if threshold is None else threshold
+    parts = state.located or {}
+    whole = frozenset(v for v in change.deleted
+                      if len(state.deletes.get(v, ())) >= MAX_DELETE_FILES
+                      or _deleted_fraction(parts.get(v), change.removed.get(v), change.added.get(v)) > threshold)
     if not whole:
         return change
     return Delta({**change.added, **{v: rows[v] for v in whole}},
                  {v: t for v, t in change.deleted.items() if v not in whole}, change.removed, whole)
+
+
+def _deleted_fraction(part: Part | None, removed: np.ndarray | None, added: pa.Table | None) -> float:
+    """The deleted share of a partition's stored rows once ``removed`` are deleted and ``added``
+    appended (0 for an unknown partition: nothing of it is located, so nothing is deleted)."""
+    if part is None:
+        return 0.0
+    stored = len(part.live) + (added.num_rows if added is not None else 0)
+    deleted = len(part.live) - part.count + (len(removed) if removed is not None else 0)
+    return deleted / stored if stored else 0.0
 
 
 def merged(state: PublishedState, change: Delta, values: frozenset[Any], schema: pa.Schema) -> Merged:
