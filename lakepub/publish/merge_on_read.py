@@ -9,10 +9,22 @@ table) rewrites the table. Here a publish writes only:
   of every row the batch replaces (an update, a delete, or a move to another partition);
 
 and commits them with the ledger and every sibling dataset in the same atomic commit as today
-(``store/deletes.stage_row_delta``: one snapshot, one data and one delete manifest). A partition
-that already holds ``MAX_DELETE_FILES`` delete files is instead rewritten whole by the next
-publish that changes it (``bounded``), so a scan never applies more than that many per partition
-(DuckDB's scan time grows about linearly with them; ``lakepub compact`` folds them earlier).
+(``store/deletes.stage_row_delta``: one snapshot, one data and one delete manifest).
+
+Bounded reads (``bounded``). A publish that deletes rows of a partition rewrites that partition
+whole instead (its live rows as one new file, its data and delete files dropped, in the same
+commit) when afterwards more than ``fold_threshold`` (the dataset's; ``FOLD_THRESHOLD`` = 0.2 by
+default) of its stored rows would be deleted ones, or it already holds ``MAX_DELETE_FILES`` delete
+files. So between compactions a partition stores at most live / (1 - t) rows (1.25x at 0.2),
+applies at most 8 delete files and holds at most 9 data files. The cost, for a partition of S live
+rows whose publishes each replace c of its rows (and add c): after k publishes kc of its S + kc
+stored rows are deleted, so the fraction rule rewrites it every K = floor(tS / ((1 - t)c)) + 1
+publishes at a cost of ~S rows, ~(1 - t)c / t rows per publish (4c at 0.2), whatever S is. The
+count rule caps K at 9: past S > 9(1 - t)c / t (36c at 0.2: a 10M-row table of 16 buckets under
+100k-change publishes is 100c) it rewrites every 9th publish, ~S / 9 rows per publish, which does
+grow with the table: the mean publish cost is then not size-independent, only the median is
+(``scripts/bench/merge_on_read.py --scale``, README "Merge-on-read"). What a read of the table costs
+between folds, per threshold: ``scripts/bench/mor_fold.py``.
 
 Where each live row sits is kept in the publisher's ``PublishedState.located``: per partition a
 ``publish/mor_index.Part`` (its data files' rows appended file after file, a live flag per row,
@@ -33,8 +45,7 @@ a lazy mapping); they are the version 2 checksums (``projection/checksum.py``), 
 ``publish/datasets.py`` from the rows the delta removes (``removed_rows``: a take of those rows)
 and adds. Cost: what a publish writes, hashes and computes in memory follows the batch, apart
 from numpy copies of the touched partitions' live flags (a byte per row) and the partitions
-``bounded`` rewrites whole (the publish after a partition's ``MAX_DELETE_FILES``-th delete file
-grows with that partition). Measured for 100k-event
+``bounded`` rewrites whole (that publish grows with the partition: "Bounded reads" above). Measured for 100k-event
 publishes spread over all 16 buckets, 1M vs 10M live rows in one process, interleaved
 (``scripts/bench/merge_on_read.py --scale``; 2-core VM at load 10-14): median CPU 0.63 s vs
 0.72 s (1.13x; before the index, the same interleaving at load 10-18, 0.63 s vs 1.57 s, 2.50x:
