@@ -15,8 +15,10 @@ Bounded reads (``bounded``). A publish that deletes rows of a partition rewrites
 whole instead (its live rows as one new file, its data and delete files dropped, in the same
 commit) when afterwards more than ``fold_threshold`` (the dataset's; ``FOLD_THRESHOLD`` = 0.2 by
 default) of its stored rows would be deleted ones, or it already holds ``MAX_DELETE_FILES`` delete
-files. So between compactions a partition stores at most live / (1 - t) rows (1.25x at 0.2),
-applies at most 8 delete files and holds at most 9 data files. The cost, for a partition of S live
+files. So after every publish a partition stores at most live / (1 - t) rows (1.25x at 0.2; a
+table written before the rule or under a higher threshold, from its next publish deleting from
+that partition) and applies at most 8 delete files; its data files grow by one per publish adding
+rows to it, until such a rewrite or ``lakepub compact``. The cost, for a partition of S live
 rows whose publishes each replace c of its rows (and add c): after k publishes kc of its S + kc
 stored rows are deleted, so the fraction rule rewrites it every K = floor(tS / ((1 - t)c)) + 1
 publishes at a cost of ~S rows, ~(1 - t)c / t rows per publish (4c at 0.2), whatever S is. The
