@@ -61,6 +61,7 @@ class DatasetSpec:
     entity: str  # datasets naming the same entity share its ledger and publish together
     description: str = ""
     write_mode: str = "copy-on-write"  # or merge-on-read (kind current): publish/merge_on_read.py
+    fold_threshold: float | None = None  # merge-on-read: a deleted share that rewrites a partition whole
     path: Path | None = None  # the YAML file that defines it, for errors naming file and key
 
     @property
@@ -188,6 +189,7 @@ class _DatasetFile(_File):
     partition: str | None = None
     description: str = ""
     write_mode: Literal["copy-on-write", "merge-on-read"] = "copy-on-write"
+    fold_threshold: float | None = None
 
     @field_validator("description", mode="before")
     @classmethod
@@ -278,9 +280,16 @@ def load_datasets(catalog_dir: Path, derived: dict[str, Any] | None = None,
         if raw.write_mode == "merge-on-read" and kind.name != "current":
             raise ConfigError(f"{path}: write_mode: merge-on-read is only for kind: current datasets (this one is "
                               f"kind: {kind.name}); remove write_mode or set it to copy-on-write")
+        if raw.fold_threshold is not None:
+            if kind.name != "current":  # kept, unused, while a current dataset is copy-on-write
+                raise ConfigError(f"{path}: 'fold_threshold' is only for kind: current datasets written "
+                                  f"merge-on-read (this one is kind: {kind.name}); remove it")
+            if not 0.0 <= raw.fold_threshold <= 1.0:
+                raise ConfigError(f"{path}: 'fold_threshold' must be between 0 and 1 (the deleted fraction of a "
+                                  f"partition's stored rows), got {raw.fold_threshold}")
         datasets[raw.name] = DatasetSpec(name=raw.name, source=raw.source, contract=contract, kind=kind,
                                          entity=entity, description=raw.description, path=path,
-                                         write_mode=raw.write_mode)
+                                         write_mode=raw.write_mode, fold_threshold=raw.fold_threshold)
     _check_entities(datasets)
     if checked is not None:
         checked.save()

@@ -467,7 +467,7 @@ def test_a_merge_on_read_current_table_evolves_with_its_data(ws_path: Path, cli)
     from lakepub.workspace import Workspace
 
     landing = _setup(ws_path)
-    mor = {**ALL, "write_mode": "merge-on-read"}
+    mor = {**ALL, "write_mode": "merge-on-read", "fold_threshold": 1.0}  # its delete files stay live
     _dataset(ws_path, mor, "contracts/customers@v1.0")
     _land(landing, "0001.jsonl", OLD)
     assert cli("run", "customers_mrr").code == 0

@@ -41,11 +41,18 @@ fields:
 COLUMNS = ["tenant", "customer_id", "country", "plan", "mrr_cents"]
 
 
-def _dataset(name: str, mode: str | None, partition: str = "bucket(4, customer_id)") -> dict:
+def _dataset(name: str, mode: str | None, partition: str = "bucket(4, customer_id)",
+             fold_threshold: float | None = 1.0) -> dict:
+    """A dataset of the customers entity. Merge-on-read ones get ``fold_threshold`` (1 by default:
+    these small random streams replace a large share of a partition per batch, so the default
+    deleted-fraction rule would rewrite nearly every partition whole and leave no delete file to
+    test; ``None``: the default rule)."""
     d = {"name": name, "source": "customers", "contract": "contracts/customers@v1.0", "entity": "customers",
          "projection": {"kind": "current", "columns": COLUMNS}, "partition": partition}
     if mode:
         d["write_mode"] = mode
+    if mode == "merge-on-read" and fold_threshold is not None:
+        d["fold_threshold"] = fold_threshold
     return d
 
 

@@ -148,7 +148,7 @@ class DatasetWriter:
         if self.merge_on_read and state.located is not None:
             delta = merge_on_read.delta(state, changes, values, self._key, self.schema, partition)
             rows = merge_on_read.merged(state, delta, values, self.schema)  # ``Kind.apply``'s rows, lazily
-            delta = merge_on_read.bounded(state, delta, rows)
+            delta = merge_on_read.bounded(state, delta, rows, self.spec.fold_threshold)
         else:
             by_value = split(kind.apply(state.rows_of(values), changes), partition)
             rows = {v: by_value.get(v, self.schema.empty_table()) for v in values}

@@ -9,10 +9,24 @@ table) rewrites the table. Here a publish writes only:
   of every row the batch replaces (an update, a delete, or a move to another partition);
 
 and commits them with the ledger and every sibling dataset in the same atomic commit as today
-(``store/deletes.stage_row_delta``: one snapshot, one data and one delete manifest). A partition
-that already holds ``MAX_DELETE_FILES`` delete files is instead rewritten whole by the next
-publish that changes it (``bounded``), so a scan never applies more than that many per partition
-(DuckDB's scan time grows about linearly with them; ``lakepub compact`` folds them earlier).
+(``store/deletes.stage_row_delta``: one snapshot, one data and one delete manifest).
+
+Bounded reads (``bounded``). A publish that deletes rows of a partition rewrites that partition
+whole instead (its live rows as one new file, its data and delete files dropped, in the same
+commit) when afterwards more than ``fold_threshold`` (the dataset's; ``FOLD_THRESHOLD`` = 0.2 by
+default) of its stored rows would be deleted ones, or it already holds ``MAX_DELETE_FILES`` delete
+files. So after every publish a partition stores at most live / (1 - t) rows (1.25x at 0.2; a
+table written before the rule or under a higher threshold, from its next publish deleting from
+that partition) and applies at most 8 delete files; its data files grow by one per publish adding
+rows to it, until such a rewrite or ``lakepub compact``. The cost, for a partition of S live
+rows whose publishes each replace c of its rows (and add c): after k publishes kc of its S + kc
+stored rows are deleted, so the fraction rule rewrites it every K = floor(tS / ((1 - t)c)) + 1
+publishes at a cost of ~S rows, ~(1 - t)c / t rows per publish (4c at 0.2), whatever S is. The
+count rule caps K at 9: past S > 9(1 - t)c / t (36c at 0.2: a 10M-row table of 16 buckets under
+100k-change publishes is 100c) it rewrites every 9th publish, ~S / 9 rows per publish, which does
+grow with the table: the mean publish cost is then not size-independent, only the median is
+(``scripts/bench/merge_on_read.py --scale``, README "Merge-on-read"). What a read of the table costs
+between folds, per threshold: ``scripts/bench/mor_fold.py``.
 
 Where each live row sits is kept in the publisher's ``PublishedState.located``: per partition a
 ``publish/mor_index.Part`` (its data files' rows appended file after file, a live flag per row,
@@ -33,8 +47,7 @@ a lazy mapping); they are the version 2 checksums (``projection/checksum.py``), 
 ``publish/datasets.py`` from the rows the delta removes (``removed_rows``: a take of those rows)
 and adds. Cost: what a publish writes, hashes and computes in memory follows the batch, apart
 from numpy copies of the touched partitions' live flags (a byte per row) and the partitions
-``bounded`` rewrites whole (the publish after a partition's ``MAX_DELETE_FILES``-th delete file
-grows with that partition). Measured for 100k-event
+``bounded`` rewrites whole (that publish grows with the partition: "Bounded reads" above). Measured for 100k-event
 publishes spread over all 16 buckets, 1M vs 10M live rows in one process, interleaved
 (``scripts/bench/merge_on_read.py --scale``; 2-core VM at load 10-14): median CPU 0.63 s vs
 0.72 s (1.13x; before the index, the same interleaving at load 10-18, 0.63 s vs 1.57 s, 2.50x:
@@ -63,8 +76,11 @@ from lakepub.publish.published_state import PublishedState, conform, split, valu
 from lakepub.store.deletes import deleted_positions
 
 WRITE_MODES = ("copy-on-write", "merge-on-read")
+# A publish that would leave more than this share of a partition's stored rows deleted rewrites the
+# partition whole instead (a dataset's ``fold_threshold``; module docstring "Bounded reads").
+FOLD_THRESHOLD = 0.2
 # A partition holding this many delete files is rewritten whole by the next publish that changes
-# it (README "Merge-on-read": DuckDB's scan time grows with the live delete files).
+# it (README "Merge-on-read": DuckDB's scan time grows with the live delete files and data files).
 MAX_DELETE_FILES = 8
 
 
@@ -133,15 +149,31 @@ def _split_keys(rows: pa.Table, schema: pa.Schema, partition: PartitionBy, key: 
     return {v: t.select(list(key)) for v, t in split(rows.select(schema.names).cast(schema), partition).items()}
 
 
-def bounded(state: PublishedState, change: Delta, rows: Mapping[Any, pa.Table]) -> Delta:
-    """``change`` with every partition that already holds ``MAX_DELETE_FILES`` delete files
-    rewritten whole (its merged ``rows`` as one new file; its data and delete files dropped), so
-    that reads never apply more than that many delete files per partition between compactions."""
-    whole = frozenset(v for v in change.deleted if len(state.deletes.get(v, ())) >= MAX_DELETE_FILES)
+def bounded(state: PublishedState, change: Delta, rows: Mapping[Any, pa.Table],
+            threshold: float | None = None) -> Delta:
+    """``change`` with every partition it deletes rows of rewritten whole (its merged ``rows`` as
+    one new file; its data and delete files dropped) when, after ``change``, more than
+    ``threshold`` (``FOLD_THRESHOLD`` by default) of its stored rows would be deleted ones, or it
+    already holds ``MAX_DELETE_FILES`` delete files (module docstring: "Bounded reads")."""
+    threshold = FOLD_THRESHOLD if threshold is None else threshold
+    parts = state.located or {}
+    whole = frozenset(v for v in change.deleted
+                      if len(state.deletes.get(v, ())) >= MAX_DELETE_FILES
+                      or _deleted_fraction(parts.get(v), change.removed.get(v), change.added.get(v)) > threshold)
     if not whole:
         return change
     return Delta({**change.added, **{v: rows[v] for v in whole}},
                  {v: t for v, t in change.deleted.items() if v not in whole}, change.removed, whole)
+
+
+def _deleted_fraction(part: Part | None, removed: np.ndarray | None, added: pa.Table | None) -> float:
+    """The deleted share of a partition's stored rows once ``removed`` are deleted and ``added``
+    appended (0 for an unknown partition: nothing of it is located, so nothing is deleted)."""
+    if part is None:
+        return 0.0
+    stored = len(part.live) + (added.num_rows if added is not None else 0)
+    deleted = len(part.live) - part.count + (len(removed) if removed is not None else 0)
+    return deleted / stored if stored else 0.0
 
 
 def merged(state: PublishedState, change: Delta, values: frozenset[Any], schema: pa.Schema) -> Merged:

@@ -34,7 +34,7 @@ O(log rows) chunks (before: copied whole once it spanned 64 chunks). The largest
 copies the whole partition, once per doubling: 150 appends of 6k rows to a 625k-row, 10-column
 partition cost 1.41 s CPU in all, median 8.4 ms, max 59 ms, 2 chunks at the end (the 64-chunk
 rule: 1.45 s, 8.6 ms, 69 ms, 23 chunks; a reviewer saw a 0.24 s append under load 16). Memory: per row of the data files its published
-row (deleted rows until the partition is rewritten whole or folded: ``MAX_DELETE_FILES``), a
+row (deleted rows until the partition is rewritten whole or folded: ``merge_on_read.bounded``), a
 byte, and 16 bytes per index entry.
 """
 
