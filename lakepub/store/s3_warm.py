@@ -1,0 +1,77 @@
+"""What a new process on an S3 warehouse starts in the background before its first publish.
+
+A warm process has its pool threads idle and every module a publish uses imported; a new one
+paid both inside its first publish (issue 16: new process <= 1.3x the warm publish). ``start``
+(once per process, from ``s3.configure`` when the catalog is opened and from the S3 FileIO)
+runs them in one daemon thread, while the main thread opens the catalog, loads its tables and
+looks its batch up in the key index, which wait on S3 round trips and the disk:
+
+* the threads of the upload and fetch pools: a pool starts a thread on a submit that finds none
+  idle, and ``Thread.start`` waits until the new thread runs; a new process's first publish
+  started its ~40 pool threads that way, each start waiting for the GIL behind the Parquet
+  encoding of the threads started before it (~0.35 s of a 1M-order publish in a profile).
+  Started here they cost ~0.1 ms each;
+* the modules a publish imports on first use (``LATE_IMPORTS``, found by diffing ``sys.modules``
+  of a new process before and after one publish). Only third-party leaf modules: importing one
+  of lakepub's own here, while the main thread may be importing its importers, could meet it
+  in a circular import.
+
+Nothing here changes what a publish does or reads: it is a head start only (a failed import is
+ignored; the publish imports it again and reports it). It adds no request to the store.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+# In the order a publish first needs them: numpy.ma (pa.array of the batch's versions checks for
+# a masked array: publish/versioning.py), pyiceberg's fast Avro decoder (the first manifest list
+# read), pyiceberg-core's partition transforms (the first partition written) and pyarrow's Acero
+# (joins). Not rich: pyiceberg imports it for the error table of its schema check, which a
+# publish that rewrites partitions never runs (an empty append, an audit record or a compaction
+# does, and imports it then); importing it anyway cost every new process ~45 modules (~0.1 s of
+# CPU, more on a loaded machine) beside its publish's own threads. ``tests/test_s3_warm.py``
+# checks that a publish in a new process imports none of these late, and no rich.
+LATE_IMPORTS = ("numpy.ma", "pyiceberg.avro.decoder_fast", "pyiceberg_core.transform", "pyarrow.acero")
+
+_STARTED = threading.Event()
+
+
+def start() -> None:
+    """Start the pool threads and the late imports in the background, once per process."""
+    if _STARTED.is_set():
+        return
+    _STARTED.set()
+    threading.Thread(target=_run, name="lakepub-start-threads", daemon=True).start()
+
+
+def _run() -> None:
+    from lakepub.store.cache import _POOL as _RUN_FETCHES
+    from lakepub.store.files import _REMOTE_POOL
+    from lakepub.store.uploads import _UPLOADS
+
+    try:
+        for pool in (_REMOTE_POOL, _UPLOADS, _RUN_FETCHES):
+            _fill(pool)
+    except RuntimeError:  # the interpreter is exiting: nothing to start
+        return
+    for module in LATE_IMPORTS:
+        try:
+            importlib.import_module(module)
+        except ImportError:  # pragma: no cover - only a head start
+            pass
+
+
+def _fill(pool: ThreadPoolExecutor) -> None:
+    """Start every thread of ``pool``."""
+    gate = threading.Event()  # every task blocks until all are submitted: one thread each
+    futures = []
+    try:
+        for _ in range(pool._max_workers):  # noqa: SLF001
+            futures.append(pool.submit(gate.wait, 1))
+    finally:  # (a submit after the interpreter began to exit raises: never leave tasks waiting)
+        gate.set()
+    for future in futures:
+        future.result()
