@@ -1,8 +1,9 @@
 """A new process's head start on an S3 warehouse (``store/s3_warm.py``, issue 16).
 
-Opening the catalog of an S3 warehouse starts the pool threads and the late imports in the
-background, before the first table is loaded (it used to start at the first FileIO, after the
-catalog); a local warehouse starts nothing. The head start changes no data: the publishes of the
+A publish on an S3 warehouse starts the pool threads and the late imports in the background
+before it reads its batch, and opening the catalog does (``lakepub run``), before the first
+table is loaded (it used to start at the first FileIO, after the catalog and the batch); a
+local warehouse starts nothing. A refused batch still opens no catalog. The head start changes no data: the publishes of the
 new process are read back by DuckDB equal to the oracle. What it imports, a publish needs, and
 nothing else (rich, which pyiceberg imports only for a schema check's error table, was imported
 in every new process)."""
@@ -83,6 +84,28 @@ def test_an_s3_catalog_starts_the_head_start_before_any_table_is_loaded(moto_end
     assert set(s3_warm.LATE_IMPORTS) <= set(again["modules"])
     assert "rich" not in again["modules"]
     assert summary_rows(Workspace.open(root)) == expected_rows(6)  # read back by DuckDB: the oracle
+
+
+_INVALID = """
+import json, sys
+from lakepub.errors import LakepubError
+from lakepub.store import s3_warm
+from lakepub.workspace import Workspace
+ws = Workspace.open(sys.argv[1])
+try:
+    ws.publish("orders_daily", [{"order_id": "x", "version": "not a number"}], start={"p0": 0}, end={"p0": 1})
+except LakepubError as exc:
+    print(json.dumps({"started": s3_warm._STARTED.is_set(), "catalog_opened": "catalog" in ws.__dict__,
+                      "error": type(exc).__name__}))
+"""
+
+
+def test_a_publish_starts_it_before_reading_its_batch_and_a_refused_batch_opens_no_catalog(moto_endpoint, tmp_path):  # noqa: F811
+    root = _s3_workspace(tmp_path / "ws", moto_endpoint, "refused", tmp_path)
+    out = subprocess.run([sys.executable, "-c", _INVALID, str(root)], capture_output=True, text=True, timeout=120, cwd=root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    state = json.loads(out.stdout.strip().splitlines()[-1])
+    assert state == {"started": True, "catalog_opened": False, "error": state["error"]}  # validated before the catalog
 
 
 def test_a_local_warehouse_starts_nothing(tmp_path):

@@ -101,14 +101,22 @@ def configure(properties: Mapping[str, str], cache: FileCache | None = None) -> 
     out = dict(properties)
     if str(out.get("warehouse", "")).startswith(("s3://", "s3a://")):
         out.setdefault(PY_IO_IMPL, IO_IMPL)
-        if out[PY_IO_IMPL] == IO_IMPL:  # while the catalog opens and loads its tables (store/s3_warm.py)
-            s3_warm.start()
+        head_start(out)  # while the catalog opens and loads its tables
         if _catalog_type(out) in _WRITES_METADATA:
             out.setdefault(BACKGROUND_UPLOADS, "true")
         if cache is not None:
             out.setdefault(CACHE_FOLDER, str(cache.folder))
             out.setdefault(CACHE_LIMIT_MB, str(max(1, cache.limit >> 20)))
     return out
+
+
+def head_start(properties: Mapping[str, str]) -> None:
+    """A publish about to run on the catalog of ``properties``: if its warehouse is on S3 through
+    lakepub's FileIO, start this process's pool threads and late imports in the background
+    (``store/s3_warm.py``; once per process)."""
+    if str(properties.get("warehouse", "")).startswith(("s3://", "s3a://")) and \
+            properties.get(PY_IO_IMPL, IO_IMPL) == IO_IMPL:
+        s3_warm.start(properties)
 
 
 def _catalog_type(properties: Mapping[str, str]) -> str | None:
