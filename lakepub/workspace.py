@@ -37,6 +37,7 @@ from lakepub.publish.publisher import PreparedBatch, Publisher, PublishResult, p
 from lakepub.store.catalog import open_catalog
 from lakepub.store.commit import deferred_cleanup
 from lakepub.store.integrity import check_scannable
+from lakepub.store import s3
 from lakepub.store.layout import ledger_id, summary_id
 from lakepub.store.record import latest_record
 
@@ -163,6 +164,7 @@ class Workspace:
         all are validated before the catalog is touched. ``source=None`` is the dataset's source.
         """
         spec = self.dataset(dataset)
+        s3.head_start(self.config.catalog_properties())  # an S3 warehouse: pool threads, imports (store/s3_warm.py)
         source = spec.source if source is None else positions.check_name(source, "source")
         start_v = positions.parse_vector(start, "start")
         end_v = positions.parse_vector(end, "end")

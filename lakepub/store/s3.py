@@ -66,7 +66,6 @@ current. The workspace uses it when the warehouse is on S3 and ``py-io-impl`` is
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import threading
@@ -81,7 +80,7 @@ from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT
 
 from lakepub.store.cache import CACHE_FOLDER, CACHE_LIMIT_MB, DEFAULT_LIMIT_MB, PART_PREFIX, FileCache, parquet_file
-from lakepub.store import single_put
+from lakepub.store import s3_warm, single_put
 from lakepub.store.remembered import Remembered
 from lakepub.store.uploads import (  # noqa: F401 - UploadFailed, uploads_done: re-exported
     _SWAP_WAITS, _UPLOADS, UploadFailed, _wait_upload, background_upload, metadata_before_uploads, uploads_done,
@@ -102,12 +101,22 @@ def configure(properties: Mapping[str, str], cache: FileCache | None = None) -> 
     out = dict(properties)
     if str(out.get("warehouse", "")).startswith(("s3://", "s3a://")):
         out.setdefault(PY_IO_IMPL, IO_IMPL)
+        head_start(out)  # while the catalog opens and loads its tables
         if _catalog_type(out) in _WRITES_METADATA:
             out.setdefault(BACKGROUND_UPLOADS, "true")
         if cache is not None:
             out.setdefault(CACHE_FOLDER, str(cache.folder))
             out.setdefault(CACHE_LIMIT_MB, str(max(1, cache.limit >> 20)))
     return out
+
+
+def head_start(properties: Mapping[str, str]) -> None:
+    """A publish about to run on the catalog of ``properties``: if its warehouse is on S3 through
+    lakepub's FileIO, start this process's pool threads and late imports in the background
+    (``store/s3_warm.py``; once per process)."""
+    if str(properties.get("warehouse", "")).startswith(("s3://", "s3a://")) and \
+            properties.get(PY_IO_IMPL, IO_IMPL) == IO_IMPL:
+        s3_warm.start(properties)
 
 
 def _catalog_type(properties: Mapping[str, str]) -> str | None:
@@ -378,52 +387,6 @@ def _quietly(file: _S3File) -> None:
         pass
 
 
-_STARTED = threading.Event()
-
-
-def _start_threads() -> None:
-    """Start the threads of the upload pools now, in the background: a pool starts a thread on
-    a submit that finds none idle, and ``Thread.start`` waits until the new thread runs. A new
-    process's first publish started its ~40 pool threads that way, each start waiting for the
-    GIL behind the Parquet encoding of the threads started before it (~0.35 s of a 1M-order
-    publish in a profile; a warm process has them idle). Started here, while the process opens
-    its catalog and reads its batch, they cost ~0.1 ms each. Modules every publish imports late
-    are imported here too."""
-    if _STARTED.is_set():
-        return
-    _STARTED.set()
-    from lakepub.store.cache import _POOL as _RUN_FETCHES
-    from lakepub.store.files import _REMOTE_POOL
-
-    def fill(pool: ThreadPoolExecutor) -> None:
-        gate = threading.Event()  # every task blocks until all are submitted: one thread each
-        futures = []
-        try:
-            for _ in range(pool._max_workers):  # noqa: SLF001
-                futures.append(pool.submit(gate.wait, 1))
-        finally:  # (a submit after the interpreter began to exit raises: never leave tasks waiting)
-            gate.set()
-        for future in futures:
-            future.result()
-
-    def run() -> None:
-        try:
-            for pool in (_REMOTE_POOL, _UPLOADS, _RUN_FETCHES):
-                fill(pool)
-        except RuntimeError:  # the interpreter is exiting: nothing to start
-            return
-        # Imported on first use by every publish, at a cost a warm process paid once: pyarrow's
-        # dataset module (pq.read_table of the batch) and rich, which pyiceberg's schema check of
-        # an append imports for its error table (~0.15 s).
-        for module in ("pyarrow.dataset", "rich.console", "rich.table"):
-            try:
-                importlib.import_module(module)
-            except ImportError:  # pragma: no cover - only a head start
-                pass
-
-    threading.Thread(target=run, name="lakepub-start-threads", daemon=True).start()
-
-
 _FILESYSTEMS: dict[tuple, Any] = {}  # (netloc, properties) -> S3FileSystem (``_initialize_s3_fs``)
 _FS_LOCK = threading.Lock()
 
@@ -433,7 +396,7 @@ class LakepubFileIO(PyArrowFileIO):
 
     def __init__(self, properties: Any = EMPTY_DICT):
         super().__init__(properties)
-        _start_threads()
+        s3_warm.start()
         folder = self.properties.get(CACHE_FOLDER)
         self.disk = FileCache(Path(folder), int(self.properties.get(CACHE_LIMIT_MB, DEFAULT_LIMIT_MB)) << 20) \
             if folder else None

@@ -10,7 +10,13 @@ same steps run against a local warehouse and an S3 one (SQLite catalog both), in
   through one ``Workspace`` (one warm-up, then timed ``--repeat`` times, median);
 * cold publish: a publish in a new process, timed after its imports (the cache under
   .lakepub/cache emptied, once; then warm, ``--repeat`` times, median); the whole process's wall
-  time is reported beside it;
+  time is reported beside it. "After its imports": from after ``import lakepub.workspace``,
+  pyarrow, pyiceberg's SQL catalog and pyarrow FileIO (what any lakepub process imports before
+  it publishes), so Python's start and those imports (~1-2 s) are outside the figure, and
+  ``Workspace.open``, the catalog's opening, the modules a publish imports on first use and
+  lakepub's background head start (``store/s3_warm.py``) inside it: issue 16's target is the
+  publish work a new process adds, not the process. ``cold_publish_ab.py`` compares two
+  checkouts on this figure, interleaved;
 * run: a new ``lakepub run`` process over a ``--run-events`` landing stream (batches of 100k),
   ``--run-repeat`` times on fresh workspaces, local and S3 alternately (medians, and the median
   of the pairs' ratios: on a shared machine one run varies by 2x with the load).

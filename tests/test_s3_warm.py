@@ -1,0 +1,131 @@
+"""A new process's head start on an S3 warehouse (``store/s3_warm.py``, issue 16).
+
+A publish on an S3 warehouse starts the pool threads and the late imports in the background
+before it reads its batch, and opening the catalog does (``lakepub run``), before the first
+table is loaded (it used to start at the first FileIO, after the catalog and the batch); a
+local warehouse starts nothing. A refused batch still opens no catalog. The head start changes no data: the publishes of the
+new process are read back by DuckDB equal to the oracle. What it imports, a publish needs, and
+nothing else (rich, which pyiceberg imports only for a schema check's error table, was imported
+in every new process)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import summary_rows, write_jsonl
+from lakepub.config import CONFIG_FILE
+from lakepub.init import init_workspace
+from lakepub.store import s3_warm
+from lakepub.workspace import Workspace
+from test_janitor import DATASET, OFFSETS, batch_events, expected_rows, moto_endpoint  # noqa: F401 - fixture
+
+# In a new process: open the workspace and its catalog, report whether the head start is
+# running before any table was loaded (no FileIO made yet), then publish the batches given.
+_PROCESS = """
+import json, sys
+from pyiceberg.io import pyarrow as pio
+made = []
+real = pio.PyArrowFileIO.__init__
+def counting(self, *a, **k):
+    made.append(type(self).__name__)
+    real(self, *a, **k)
+pio.PyArrowFileIO.__init__ = counting
+from lakepub.store import s3_warm
+from lakepub.workspace import Workspace
+ws = Workspace.open(sys.argv[1])
+ws.catalog
+state = {"started": s3_warm._STARTED.is_set(), "file_ios_before": len(made)}
+for path, start, end in json.loads(sys.argv[2]):
+    ws.publish("orders_daily", path, start={"p0": start}, end={"p0": end})
+state["file_ios_after"] = len(made)
+state["modules"] = sorted(m for m in sys.modules if m.split(".")[0] in ("rich", "numpy", "pyiceberg", "pyiceberg_core", "pyarrow"))
+print(json.dumps(state))
+"""
+
+
+def _s3_workspace(root: Path, endpoint: str, bucket: str, tmp_path: Path) -> Path:
+    import boto3
+
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="k",
+                 aws_secret_access_key="s").create_bucket(Bucket=bucket)
+    init_workspace(root)
+    config = yaml.safe_load((root / CONFIG_FILE).read_text())
+    config["catalog"] = {"name": "lakepub", "type": "sql", "uri": f"sqlite:///{tmp_path / (bucket + '.db')}",
+                         "warehouse": f"s3://{bucket}/wh", "s3.endpoint": endpoint, "s3.access-key-id": "k",
+                         "s3.secret-access-key": "s", "s3.region": "us-east-1"}
+    (root / CONFIG_FILE).write_text(yaml.safe_dump(config))
+    return root
+
+
+def _new_process(root: Path, batches: list[int], tmp_path: Path) -> dict:
+    plan = [[str(write_jsonl(tmp_path / f"b{i}.jsonl", batch_events(i))), OFFSETS[i], OFFSETS[i + 1]] for i in batches]
+    out = subprocess.run([sys.executable, "-c", _PROCESS, str(root), json.dumps(plan)], capture_output=True,
+                         text=True, timeout=300, cwd=root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_an_s3_catalog_starts_the_head_start_before_any_table_is_loaded(moto_endpoint, tmp_path):  # noqa: F811
+    root = _s3_workspace(tmp_path / "ws", moto_endpoint, "warm", tmp_path)
+    first = _new_process(root, [0, 1, 2], tmp_path)
+    assert first["started"] and first["file_ios_before"] == 0  # before the first FileIO
+    assert first["file_ios_after"] > 0
+    again = _new_process(root, [3, 4, 5], tmp_path)  # a new process with the cache warm
+    assert again["started"] and again["file_ios_before"] == 0
+    # What the head start imports, a publish needs; rich (pyiceberg's schema-check error table)
+    # it does not, and no process should pay for it
+    assert set(s3_warm.LATE_IMPORTS) <= set(again["modules"])
+    assert "rich" not in again["modules"], "a partition-rewriting publish imported rich: drop this check if it now needs it"
+    assert summary_rows(Workspace.open(root)) == expected_rows(6)  # read back by DuckDB: the oracle
+
+
+_INVALID = """
+import json, sys
+from lakepub.errors import LakepubError
+from lakepub.store import s3_warm
+from lakepub.workspace import Workspace
+ws = Workspace.open(sys.argv[1])
+try:
+    ws.publish("orders_daily", [{"order_id": "x", "version": "not a number"}], start={"p0": 0}, end={"p0": 1})
+except LakepubError as exc:
+    print(json.dumps({"started": s3_warm._STARTED.is_set(), "catalog_opened": "catalog" in ws.__dict__,
+                      "error": type(exc).__name__}))
+"""
+
+
+def test_a_publish_starts_it_before_reading_its_batch_and_a_refused_batch_opens_no_catalog(moto_endpoint, tmp_path):  # noqa: F811
+    root = _s3_workspace(tmp_path / "ws", moto_endpoint, "refused", tmp_path)
+    out = subprocess.run([sys.executable, "-c", _INVALID, str(root)], capture_output=True, text=True, timeout=120, cwd=root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    state = json.loads(out.stdout.strip().splitlines()[-1])
+    assert state == {"started": True, "catalog_opened": False, "error": state["error"]}  # validated before the catalog
+
+
+def test_a_local_warehouse_starts_nothing(tmp_path):
+    props = {"type": "sql", "uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": f"file://{tmp_path / 'wh'}"}
+    out = subprocess.run([sys.executable, "-c", "import sys, json; from lakepub.store import s3, s3_warm; "
+                          "s3.configure(json.loads(sys.argv[1])); print(s3_warm._STARTED.is_set())", json.dumps(props)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_an_explicit_file_io_starts_nothing_at_configure():
+    props = {"type": "sql", "uri": "sqlite://", "warehouse": "s3://b/wh", "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO"}
+    out = subprocess.run([sys.executable, "-c", "import sys, json; from lakepub.store import s3, s3_warm; "
+                          "s3.configure(json.loads(sys.argv[1])); print(s3_warm._STARTED.is_set())", json.dumps(props)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+@pytest.mark.parametrize("module", s3_warm.LATE_IMPORTS)
+def test_every_late_import_exists(module):
+    """A renamed module (a pyarrow or pyiceberg upgrade) would silently lose its head start."""
+    assert importlib.import_module(module) is not None
+
