@@ -111,7 +111,9 @@ class FooterStatistics:
     def __init__(self, schema: Schema, properties: dict[str, str]):
         plan = compute_statistics_plan(schema, properties)
         mapping = parquet_path_to_id_mapping(schema)
-        self._columns = {path: _Column(plan[field_id]) for path, field_id in mapping.items()}
+        # A path without a plan entry (pyiceberg: a field whose name it cannot find) is left out: a
+        # chunk of it is a KeyError, as ``stats_columns[field_id]`` is in pyiceberg.
+        self._columns = {path: _Column(plan[field_id]) for path, field_id in mapping.items() if field_id in plan}
         self._by_id = {column.field_id: column for column in self._columns.values()}
 
     def of(self, metadata: pq.FileMetaData) -> dict[str, Any]:
