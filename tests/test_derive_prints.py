@@ -1,12 +1,13 @@
-"""derive/state.fingerprint remembers digests by what a label reads: the same prints as computing
-them afresh, for every way an input maps to output labels, and a changed checksum a new print."""
+"""derive/state.fingerprint remembers digests by what a label reads (version.remembered_digest):
+the same prints as computing them afresh, for every way an input maps to output labels, and a
+changed checksum a new print."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
 
-from lakepub.derive import state
+from lakepub.derive import version
 from lakepub.derive.state import EMPTY_CHECKSUM, WHOLE, _GRAIN, _empty, fingerprint, upstream_map
 from lakepub.derive.version import digest
 from lakepub.projection.partitioning import PartitionBy
@@ -56,7 +57,7 @@ def test_remembered_prints_equal_fresh_ones_for_every_mapping():
     finer_spec = SimpleNamespace(inputs={"daily": SimpleNamespace(expr=PartitionBy("month", "day"))})
     finer_ctx = _Ctx({"daily": PartitionBy("day", "day")}, {"daily": {d: f"f{d}" for d in days}})
     assert upstream_map(finer_ctx, finer_spec, "daily") == "finer"
-    state._PRINTS.clear()
+    version._DIGESTS.clear()
     for _ in range(2):  # computed, then remembered
         for label in [*days, "2025-03-01", WHOLE]:
             assert fingerprint(ctx, spec, label) == _fresh(ctx, spec, label)

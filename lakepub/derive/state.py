@@ -42,7 +42,7 @@ import pyarrow as pa
 
 from lakepub.derive.model import DerivedSpec, Graph
 from lakepub.derive.schema import Resolved, resolve
-from lakepub.derive.version import Version, digest, versions
+from lakepub.derive.version import Version, digest, remembered_digest, versions
 from lakepub.projection.partitioning import PartitionBy
 
 WHOLE = "*"
@@ -238,11 +238,9 @@ def _distinct_labels(ctx: Context, name: str, expr: PartitionBy) -> set[str]:
 def fingerprint(ctx: Context, spec: DerivedSpec, label: str) -> str:
     """The input fingerprint of output partition ``label`` (``WHOLE``: of the whole dataset).
 
-    ``digest`` (JSON with sorted keys, SHA-256) of what the label reads is a pure function of
-    that content, so it is remembered by it (``_PRINTS``): the 30 days of a month read the same
-    ``month(day)`` partition, and a build computes every label's print in its plan and again in
-    its window (a rebuild a third time before the swap): 365 prints ~15-19 ms -> ~1 ms (12 digests;
-    load ~18). The key determines the parts, so a changed checksum is another key, never a stale print."""
+    Remembered by what the label reads (``version.remembered_digest``): the 30 days of a month
+    read one ``month(day)`` partition, and a build computes every print in its plan and in its
+    window, a rebuild a third time before the swap: 365 prints ~15-19 ms -> ~1 ms (load ~18)."""
     parts: dict[str, Any] = {}
     key: list = []
     for name, inp in spec.inputs.items():
@@ -264,19 +262,8 @@ def fingerprint(ctx: Context, spec: DerivedSpec, label: str) -> str:
         else:
             parts[name] = digest(sorted(checks.items()))
             key.append((name, parts[name]))
-    memo = tuple(key)  # determines ``parts``: (input, label, checksum) is {label: checksum}, whichever mapping
-    found = _PRINTS.get(memo)
-    if found is None:
-        found = digest(parts)
-        if len(_PRINTS) >= _PRINTS_MAX:
-            _PRINTS.clear()
-        _PRINTS[memo] = found
-    return found
-
-
-# ((input, label read, its checksum) | (input, *(label, checksum)) | (input, digest of all), ...) -> digest
-_PRINTS: dict[tuple, str] = {}
-_PRINTS_MAX = 65536
+    # the key determines ``parts``: (input, label, checksum) is {label: checksum}, whichever mapping
+    return remembered_digest(tuple(key), parts)
 
 
 # --- actual ----------------------------------------------------------------------------------

@@ -38,11 +38,13 @@ def main() -> None:
     from lakepub.store.duck_files import footer
 
     schema = Schema(NestedField(1, "day", DateType(), required=False),
-                    NestedField(2, "amount", LongType(), required=False), NestedField(3, "n", LongType(), required=False))
+                    NestedField(2, "amount", LongType(), required=False),
+                    NestedField(3, "n", LongType(), required=False))
     props = {"write.metadata.metrics.default": "none", "write.metadata.metrics.column.day": "full"}
     with tempfile.TemporaryDirectory(prefix="lakepub-bench-footer-") as tmp:
-        rows = pa.table({"day": pa.array(range(19723, 19723 + args.files), pa.int32()).cast(pa.date32()),
-                         "amount": pa.array(range(args.files), pa.int64()), "n": pa.array([1] * args.files, pa.int64())})
+        n = args.files
+        rows = pa.table({"day": pa.array(range(19723, 19723 + n), pa.int32()).cast(pa.date32()),
+                         "amount": pa.array(range(n), pa.int64()), "n": pa.array([1] * n, pa.int64())})
         rows = rows.append_column("day_day", rows["day"].cast(pa.string()))
         con = duckdb.connect()
         con.register("rows", rows)
