@@ -133,3 +133,25 @@ def test_input_labels_scanned_once_per_input_snapshot_and_remembered_on_disk(cli
     _ok(cli("reconcile"))
     oracle = "SELECT day, sum(cents) AS cents, count(*) AS n FROM orders_daily GROUP BY 1 ORDER BY 1"
     assert _rows(cli, "SELECT * FROM orders_by_day ORDER BY 1") == _rows(cli, oracle)
+
+
+def test_offline_rebuild_lists_the_catalog_once(cli, ws_path, monkeypatch):
+    """An offline rebuild lists the catalog's tables once (its first plan looks for abandoned
+    rebuild tables); the plan after its windows and the one just before the swap do not (issue
+    14: a catalog query each), and the rebuild still audits, swaps and reads back as the oracle."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, DAILY)
+    _ok(cli("reconcile"))
+    listings = []
+    original = SqlCatalog.list_tables
+    monkeypatch.setattr(SqlCatalog, "list_tables", lambda self, namespace: listings.append(namespace) or
+                        original(self, namespace))
+    _define(ws_path, {**DAILY, "projection": {**DAILY["projection"], "query": DAILY["projection"]["query"].replace(
+        "count(*) AS n", "count(*) + 1 AS n")}})
+    _ok(cli("reconcile", "orders_by_day"))
+    assert len(listings) == 1
+    oracle = "SELECT day, sum(cents) AS cents, count(*) + 1 AS n FROM orders_daily GROUP BY 1 ORDER BY 1"
+    assert _rows(cli, "SELECT * FROM orders_by_day ORDER BY 1") == _rows(cli, oracle)
+    assert _audit(ws_path, "orders_by_day") == len(_rows(cli, oracle))

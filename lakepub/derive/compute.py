@@ -12,9 +12,9 @@
    across partitions, so its input expressions do not say what a partition reads;
 4. groups the rows by partition and checksums every partition from one sort (``output.py``);
    the data files are written by DuckDB (``store/duck_files.py``: ``COPY ... PARTITION_BY``
-   with the Iceberg field ids, registered from their footers by pyiceberg's statistics code)
-   or, for a schema it does not cover (float/double, nested, a remote warehouse), by
-   ``store/files.py``. ``prepare_window`` stops here: nothing is committed yet;
+   with the Iceberg field ids, registered from their footers with the statistics pyiceberg
+   records, ``store/footer_stats.py``) or, for a schema it does not cover (float/double,
+   nested, a remote warehouse), by ``store/files.py``. ``prepare_window`` stops here: nothing is committed yet;
 5. ``commit_window`` replaces exactly the window's partitions in ONE snapshot (an overwrite
    through ``store/write.py``; a window that replaces no file, as in a full build, appends a
    manifest of its own instead of rewriting every live entry), recording the data version, each

@@ -77,7 +77,9 @@ def reconcile(ws, names: list[str] | None = None, *, batching: Batching = Batchi
                     break
                 for upstream in derived[name].inputs:  # inputs may have moved while it was built
                     ctx.forget(upstream)
-                plan = plan_dataset(ctx, name, batching)
+                # Without listing abandoned rebuild tables: only the first plan's are dropped (the
+                # windows just forgot the rebuild table, so a listing would be a catalog query again).
+                plan = plan_dataset(ctx, name, batching, abandoned=False)
                 if plan.rebuild and not plan.pending:
                     from lakepub.derive.rebuild import finish
 

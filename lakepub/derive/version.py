@@ -46,6 +46,22 @@ def digest(payload: Any) -> str:
     return PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def remembered_digest(key: tuple, payload: Any) -> str:
+    """``digest(payload)``, remembered under ``key``, which must determine ``payload`` (so a changed
+    payload is another key, never a stale digest): an input fingerprint (``state.fingerprint``)."""
+    found = _DIGESTS.get(key)
+    if found is None:
+        found = digest(payload)
+        if len(_DIGESTS) >= _DIGESTS_MAX:
+            _DIGESTS.clear()
+        _DIGESTS[key] = found
+    return found
+
+
+_DIGESTS: dict[tuple, str] = {}
+_DIGESTS_MAX = 65536
+
+
 @dataclass(frozen=True)
 class Version:
     """The desired version of one dataset, with what it is made of (for ``plan``'s reasons)."""

@@ -11,9 +11,11 @@ its own threads (~0.1 ms a file), which is what the issue's baseline does. Here:
    from the Iceberg schema (so readers resolve columns by field id, as for pyiceberg's files), the
    table's row-group limit and codec (see below), the label column itself not written (Hive style: it is
    only the folder name; the partition's source column is written like any column);
-2. each file becomes a ``DataFile`` from its Parquet footer with pyiceberg's own statistics
-   extraction (``data_file_statistics_from_parquet_metadata``, the same call ``FileWriter`` and
-   pyiceberg's ``add_files`` use), so record counts, bounds and metrics modes are exactly what
+2. each file becomes a ``DataFile`` from its Parquet footer with the statistics pyiceberg's
+   ``data_file_statistics_from_parquet_metadata`` (the call ``FileWriter`` and pyiceberg's
+   ``add_files`` use) records, computed by ``store/footer_stats.py`` with the per-table decisions
+   made once (365 files: ~2.5x less Python; equality with pyiceberg's pinned by
+   tests/test_footer_stats.py), so record counts, bounds and metrics modes are exactly what
    pyiceberg would record for those bytes; its partition is the label in the file's folder
    (``RETURN_FILES`` lists the files; DuckDB percent-encodes the folder value, decoded exactly),
    mapped back to the Iceberg value it came from; every partition of the window must get files
@@ -31,9 +33,8 @@ caller writes with ``FileWriter``. ``tests/test_derive_output.py`` pins the resu
 ``FileWriter``'s files for the same rows (same rows read back, same partition, counts, bounds).
 
 pyarrow internals used (fenced here): ``_parquet.ParquetReader`` (``footer``).
-pyiceberg internals used (fenced here): ``compute_statistics_plan``,
-``data_file_statistics_from_parquet_metadata``, ``parquet_path_to_id_mapping``,
-``_get_parquet_writer_kwargs``' property names; plus ``store.write._live_entries`` for
+pyiceberg internals used (fenced here): ``_get_parquet_writer_kwargs``' property names (the
+statistics' are fenced in ``store/footer_stats.py``); plus ``store.write._live_entries`` for
 ``live_files``.
 """
 
@@ -47,8 +48,6 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyiceberg.io.pyarrow import compute_statistics_plan, data_file_statistics_from_parquet_metadata, \
-    parquet_path_to_id_mapping
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.metadata import TableMetadata
@@ -57,6 +56,7 @@ from pyiceberg.types import BooleanType, DateType, DecimalType, IntegerType, Lon
     TimestamptzType
 
 from lakepub.errors import BlockedError
+from lakepub.store.footer_stats import FooterStatistics
 
 # Not float/double: DuckDB's dictionary encoding keeps one of 0.0 and -0.0 for both (a value
 # changed; a partition checksum tells them apart), tests/test_derive_output.py pins it.
@@ -124,8 +124,8 @@ def write_partitions(metadata: TableMetadata, rows: pa.Table, index: pa.Array, v
     ids = ", ".join(f'"{f.name}": {f.field_id}' for f in schema.fields)
     names = ", ".join(_quote(f.name) for f in schema.fields)
     tag = uuid.uuid4()
-    # RETURN_FILES, not RETURN_STATS: the statistics come from the footers (pyiceberg's own code,
-    # below); DuckDB's per-file statistics rows cost ~15 ms for 365 files and were only used for
+    # RETURN_FILES, not RETURN_STATS: the statistics come from the footers (pyiceberg's statistics,
+    # store/footer_stats.py); DuckDB's per-file statistics rows cost ~15 ms for 365 files and were only used for
     # the file's size and partition, which the path and a stat give.
     options = f"FORMAT parquet, FIELD_IDS {{{ids}}}, COMPRESSION {codec}, ROW_GROUP_SIZE {row_group}, RETURN_FILES true"
     con = _connection()
@@ -147,8 +147,7 @@ def write_partitions(metadata: TableMetadata, rows: pa.Table, index: pa.Array, v
     finally:
         con.unregister("_lakepub_rows")
     by_label = {label: i for i, label in enumerate(folders if field is not None else labels)}
-    plan = compute_statistics_plan(schema, props)
-    mapping = parquet_path_to_id_mapping(schema)
+    statistics = FooterStatistics(schema, props)
     out = []
     for filename in filenames:
         if not filename.startswith(data + "/"):
@@ -162,8 +161,6 @@ def write_partitions(metadata: TableMetadata, rows: pa.Table, index: pa.Array, v
                                    "nothing was committed (the file is an orphan the janitor removes)")
             partition = Record(values[by_label[label]])
         size = os.stat(filename).st_size
-        stats = data_file_statistics_from_parquet_metadata(
-            parquet_metadata=footer(filename), stats_columns=plan, parquet_column_mapping=mapping)
         data_file = DataFile.from_args(
             content=DataFileContent.DATA,
             file_path=metadata.location.rstrip("/") + filename[len(local):],
@@ -174,7 +171,7 @@ def write_partitions(metadata: TableMetadata, rows: pa.Table, index: pa.Array, v
             spec_id=metadata.default_spec_id,
             equality_ids=None,
             key_metadata=None,
-            **stats.to_serialized_dict(),
+            **statistics.of(footer(filename)),
         )
         data_file.spec_id = metadata.default_spec_id
         out.append(data_file)

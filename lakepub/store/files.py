@@ -5,7 +5,8 @@ its statistics plan and its column-id mapping with Python schema visitors, and s
 by partition with one filter per partition; for the 20-40 small partition files of a publish that
 was about 2 ms of Python per file. A publish already knows which rows go to which partition, so
 here the per-table work is done once per ``FileWriter`` (one per publish and table, ~0.2 ms) and
-each file is one ``pyarrow.parquet`` write plus pyiceberg's statistics extraction from its footer. The files are written
+each file is one ``pyarrow.parquet`` write plus pyiceberg's statistics of its footer (computed by
+``store/footer_stats.py``, equal to pyiceberg's ``data_file_statistics_from_parquet_metadata``). The files are written
 the way pyiceberg writes them: same location provider and file names, Parquet field ids from
 the Iceberg schema, the table's Parquet properties (codec, row group size), same statistics.
 """
@@ -21,19 +22,15 @@ from typing import Any, cast, IO
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
-from pyiceberg.io.pyarrow import (
-    _get_parquet_writer_kwargs,
-    compute_statistics_plan,
-    data_file_statistics_from_parquet_metadata,
-    parquet_path_to_id_mapping,
-    schema_to_pyarrow,
-)
+from pyiceberg.io.pyarrow import _get_parquet_writer_kwargs, schema_to_pyarrow
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.table import TableProperties
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record
 from pyiceberg.utils.properties import property_as_int
+
+from lakepub.store.footer_stats import FooterStatistics
 
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="lakepub-write")
 # Files for an object store: a request costs 20-50 ms of waiting, not CPU, so a publish's 30-40
@@ -78,8 +75,7 @@ class FileWriter:
             self._kwargs["use_dictionary"] = [name for name in self.arrow_schema.names if name not in plain]
         self._row_group_size = property_as_int(props, TableProperties.PARQUET_ROW_GROUP_LIMIT,
                                                TableProperties.PARQUET_ROW_GROUP_LIMIT_DEFAULT)
-        self._stats_plan = compute_statistics_plan(self.schema, props)
-        self._column_ids = parquet_path_to_id_mapping(self.schema)
+        self._statistics = FooterStatistics(self.schema, props)  # pyiceberg's, equality pinned in its tests
         self._locations = load_location_provider(table_location=metadata.location, table_properties=props)
         self._uuid = uuid.uuid4()
         self._numbers = itertools.count()  # file names stay unique across calls on this writer
@@ -108,9 +104,6 @@ class FileWriter:
             writer.write(rows, row_group_size=self._row_group_size)
             writer.close()
             size = stream.tell()  # the file's size, without another stat of the file
-        stats = data_file_statistics_from_parquet_metadata(
-            parquet_metadata=writer.writer.metadata, stats_columns=self._stats_plan,
-            parquet_column_mapping=self._column_ids)
         data_file = DataFile.from_args(
             content=DataFileContent.DATA,
             file_path=path,
@@ -121,7 +114,7 @@ class FileWriter:
             spec_id=self.metadata.default_spec_id,
             equality_ids=None,
             key_metadata=None,
-            **stats.to_serialized_dict(),
+            **self._statistics.of(writer.writer.metadata),
         )
         data_file.spec_id = self.metadata.default_spec_id  # not a field of the struct: set like a manifest read does
         return data_file
