@@ -18,7 +18,8 @@ BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench"
 BENCHMARKS = ["throughput", "wide", "history", "overhead", "reads", "janitor", "memory", "startup",
               "derive", "lifecycle", "evolution", "merge_on_read", "mor_fold", "object_store", "superseded", "logs",
               "dual_write"]
-NOT_RUN = {"compare_runs": "needs a second checkout (--before DIR)"}
+NOT_RUN = {"compare_runs": "needs a second checkout (--before DIR)",
+           "merge_on_read_wide": "a part of merge_on_read.py (its --wide mode), not a script of its own"}
 
 
 def test_every_report_building_benchmark_is_run_here_and_by_run_all():
