@@ -178,3 +178,46 @@ def test_fast_append_stages_what_pyiceberg_s_fast_append_stages(ws, ws_path):
             for e in _WRITTEN[ours_m[0].manifest_path]] == \
         [(e.status, e.sequence_number, e.file_sequence_number, e.data_file.file_path)
          for e in ours_m[0].fetch_manifest_entry(table.io, discard_deleted=True)]
+
+
+def test_the_overwrite_summary_is_pyiceberg_s_with_the_partition_type_bound_once(ws, ws_path, monkeypatch):
+    """``replace_partitions`` (every publish: 36 partitions added and 36 deleted on a drifting
+    stream) stages the snapshot summary pyiceberg's overwrite stages for the same files, per-
+    partition summaries included, while building the partition type once per spec instead of
+    once per added or deleted file (``_BoundSummary``)."""
+    from pyiceberg.partitioning import PartitionSpec
+    from lakepub.store.write import replace_partitions
+
+    _drift(ws_path, 2_000)
+    ws.run("orders_daily", max_batch=1_000)
+    table = ws.catalog.load_table(summary_id(ws.config.namespace, "orders_daily"))
+    [manifest] = table.current_snapshot().manifests(table.io)
+    old = [e.data_file for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True)]
+    assert len(old) >= 36
+    rows = table.scan().to_arrow()
+    futures = submit_partitions(table, {old[0].partition[0]: rows.slice(0, 2), old[1].partition[0]: rows.slice(2, 3)})
+    new = [f.result() for f in futures]
+    calls = []
+    real = PartitionSpec.partition_type
+    monkeypatch.setattr(PartitionSpec, "partition_type", lambda self, schema: calls.append(1) or real(self, schema))
+    staged = {}
+    for how in ("theirs", "ours"):
+        tx = transaction(table)
+        tx.set_properties({"write.summary.partition-limit": "1000"})
+        calls.clear()
+        if how == "ours":
+            replace_partitions(tx, table, old, futures, {"lakepub.x": "1"})
+            assert len(calls) <= 4, calls  # per snapshot: the summary once, the manifest writer three times
+        else:
+            with tx.update_snapshot(snapshot_properties={"lakepub.x": "1"}).overwrite() as overwrite:
+                for f in old:
+                    overwrite.delete_data_file(f)
+                for f in new:
+                    overwrite.append_data_file(f)
+            assert len(calls) > len(old) + len(new)  # per file: what the bound type saves
+        staged[how] = tx.table_metadata.current_snapshot()
+    ours, theirs = staged["ours"], staged["theirs"]
+    assert ours.summary == theirs.summary
+    assert ours.summary["deleted-data-files"] == str(len(old)) and ours.summary["added-data-files"] == "2"
+    assert sum(k.startswith("partitions.") for k in ours.summary.additional_properties) == len(
+        {f.partition for f in old + new})

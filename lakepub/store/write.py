@@ -171,7 +171,40 @@ def append_files(tx: Transaction, data_files: list[DataFile], snapshot_propertie
             append.append_data_file(data_file)
 
 
-class _CompactingOverwrite(_OverwriteFiles):
+class _BoundSummary:
+    """pyiceberg's ``SnapshotProducer._summary`` with each partition spec's partition type bound
+    once per snapshot instead of per file: ``PartitionSpec.partition_to_path`` rebuilds it (a
+    schema visit) for every added and every deleted file, which for a publish rewriting 36
+    partitions (36 files added, 36 deleted) was ~20 ms of CPU on the committing thread, ~6 ms for
+    the 365 files of a derived window's fast append. Same collector, same order, same summary:
+    ``tests/test_write_path.py`` compares it with pyiceberg's for both producers."""
+
+    def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
+        metadata = self._transaction.table_metadata  # type: ignore[attr-defined]
+        schema = metadata.schema()
+        limit = int(metadata.properties.get(TableProperties.WRITE_PARTITION_SUMMARY_LIMIT,
+                                            TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT))
+        collector = SnapshotSummaryCollector(partition_summary_limit=limit)
+        specs = metadata.specs()
+        bound: dict[int, _BoundSpec] = {}
+
+        def spec_of(spec_id: int) -> Any:
+            if spec_id not in bound:
+                bound[spec_id] = _BoundSpec(specs[spec_id], schema)
+            return bound[spec_id]
+
+        for data_file in self._added_data_files:  # type: ignore[attr-defined]
+            collector.add_file(data_file=data_file, partition_spec=spec_of(metadata.default_spec_id), schema=schema)
+        for data_file in self._deleted_data_files:  # type: ignore[attr-defined]
+            collector.remove_file(data_file=data_file, partition_spec=spec_of(data_file.spec_id), schema=schema)
+        parent = self._parent_snapshot_id  # type: ignore[attr-defined]
+        previous = metadata.snapshot_by_id(parent) if parent is not None else None
+        return update_snapshot_summaries(summary=Summary(operation=self._operation,  # type: ignore[attr-defined]
+                                                         **collector.build(), **snapshot_properties),
+                                         previous_summary=previous.summary if previous is not None else None)
+
+
+class _CompactingOverwrite(_BoundSummary, _OverwriteFiles):
     """An overwrite whose snapshot lists ONE manifest per partition spec.
 
     pyiceberg's overwrite writes added, deleted and kept entries to separate manifests and keeps
@@ -221,11 +254,11 @@ class _CompactingOverwrite(_OverwriteFiles):
         return out
 
 
-class _OneBlockFastAppend(_FastAppendFiles):
+class _OneBlockFastAppend(_BoundSummary, _FastAppendFiles):
     """pyiceberg's fast append (a new manifest of the added files, every existing manifest kept
     as is), its manifest encoded as one Avro block (``add_in_one_block``) and its entries
     remembered for the next commit's ``_live_entries``: pyiceberg writes a block per entry, ~16 ms
-    for the 365 files of a derived daily rollup's full build."""
+    for the 365 files of a derived daily rollup's full build. Its summary: ``_BoundSummary``."""
 
     def _manifests(self) -> list[ManifestFile]:
         existing = self._existing_manifests()
@@ -240,25 +273,6 @@ class _OneBlockFastAppend(_FastAppendFiles):
         sequence_number = self._transaction.table_metadata.next_sequence_number()  # the new snapshot's
         _remember(manifest.manifest_path, [_as_read_back(e, sequence_number) for e in entries])
         return self._process_manifests([manifest] + existing)  # pyiceberg's order: added, then existing
-
-    def _summary(self, snapshot_properties: dict[str, str] = EMPTY_DICT) -> Summary:
-        """pyiceberg's ``_summary`` of an append, the partition type bound once instead of per file
-        (``PartitionSpec.partition_to_path`` rebuilds it for every file: ~6 ms for 365 files)."""
-        if self._deleted_data_files:
-            return super()._summary(snapshot_properties)
-        metadata = self._transaction.table_metadata
-        schema = metadata.schema()
-        limit = int(metadata.properties.get(TableProperties.WRITE_PARTITION_SUMMARY_LIMIT,
-                                            TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT))
-        collector = SnapshotSummaryCollector(partition_summary_limit=limit)
-        spec = _BoundSpec(metadata.spec(), schema)
-        for data_file in self._added_data_files:
-            collector.add_file(data_file=data_file, partition_spec=spec, schema=schema)  # type: ignore[arg-type]
-        previous = metadata.snapshot_by_id(self._parent_snapshot_id) if self._parent_snapshot_id is not None else None
-        return update_snapshot_summaries(summary=Summary(operation=self._operation, **collector.build(),
-                                                         **snapshot_properties),
-                                         previous_summary=previous.summary if previous is not None else None)
-
 
 class _BoundSpec:
     """A partition spec's ``partition_to_path`` with its partition type bound to one schema."""
