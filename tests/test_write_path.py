@@ -139,17 +139,23 @@ def test_the_published_record_names_the_ledger_snapshot_drawn_before_the_ledger_
     assert fresh not in ledger_ids
 
 
-def test_fast_append_stages_what_pyiceberg_s_fast_append_stages(ws, ws_path):
-    """``fast_append`` (a derived window's new files: one Avro block, the partition type bound
-    once for the summary) against pyiceberg's ``fast_append`` of the same files: the same snapshot
-    summary, per-partition summaries included, and the same entries read back from the manifest,
-    which is also what is remembered for the next commit."""
+def _live_files(ws, ws_path):
+    """The published table after a drifting run of two batches, and its live data files (>= 36)."""
     _drift(ws_path, 2_000)
     ws.run("orders_daily", max_batch=1_000)
     table = ws.catalog.load_table(summary_id(ws.config.namespace, "orders_daily"))
     [manifest] = table.current_snapshot().manifests(table.io)
     files = [e.data_file for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True)]
     assert len(files) >= 36
+    return table, manifest, files
+
+
+def test_fast_append_stages_what_pyiceberg_s_fast_append_stages(ws, ws_path):
+    """``fast_append`` (a derived window's new files: one Avro block, the partition type bound
+    once for the summary) against pyiceberg's ``fast_append`` of the same files: the same snapshot
+    summary, per-partition summaries included, and the same entries read back from the manifest,
+    which is also what is remembered for the next commit."""
+    table, manifest, files = _live_files(ws, ws_path)
     staged = {}
     for how in ("theirs", "ours"):
         tx = transaction(table)
@@ -188,12 +194,7 @@ def test_the_overwrite_summary_is_pyiceberg_s_with_the_partition_type_bound_once
     from pyiceberg.partitioning import PartitionSpec
     from lakepub.store.write import replace_partitions
 
-    _drift(ws_path, 2_000)
-    ws.run("orders_daily", max_batch=1_000)
-    table = ws.catalog.load_table(summary_id(ws.config.namespace, "orders_daily"))
-    [manifest] = table.current_snapshot().manifests(table.io)
-    old = [e.data_file for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True)]
-    assert len(old) >= 36
+    table, _, old = _live_files(ws, ws_path)
     rows = table.scan().to_arrow()
     futures = submit_partitions(table, {old[0].partition[0]: rows.slice(0, 2), old[1].partition[0]: rows.slice(2, 3)})
     new = [f.result() for f in futures]
