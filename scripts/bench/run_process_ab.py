@@ -8,9 +8,14 @@ by *its own* checkout, and reports per process wall seconds and CPU seconds (use
 child, all its threads: what the load moves least), their medians and the after/before ratios.
 The published tables of both checkouts are checked equal.
 
+``--in-process``: each child imports lakepub first and times only ``Workspace.run`` (wall, CPU of
+all its threads, and CPU of the main thread, which runs the publish while pools write files and
+read ahead): for a change to the run itself, whose effect the ~1 s of imports would blur.
+
     git archive <commit> | tar -x -C /tmp/before
     python scripts/bench/run_process_ab.py --before /tmp/before [--stream drift] [--pairs 5] [--cache DIR]
     python scripts/bench/run_process_ab.py --before . --before-env LAKEPUB_PREFETCH=0   # prefetch off vs on
+    python scripts/bench/run_process_ab.py --before /tmp/before --in-process   # the run only, imports excluded
 
 Not part of ``run_all.py``: it needs a second checkout.
 """
@@ -49,7 +54,24 @@ def _summary(root: Path, folder: Path) -> str:
                           capture_output=True, text=True).stdout.strip()
 
 
-def _run(root: Path, folder: Path, max_batch: int, extra: dict[str, str]) -> tuple[float, float, int]:
+# --in-process: the child times Workspace.run only; prints wall, CPU (all threads), main-thread CPU, events.
+_IN_PROCESS = ("import sys, time; sys.path[:0] = [sys.argv[1]]; from lakepub.workspace import Workspace; "
+               "ws = Workspace.open(sys.argv[2]); t, c, m = time.perf_counter(), time.process_time(), time.thread_time(); "
+               "r = ws.run(sys.argv[3], max_batch=int(sys.argv[4])); "
+               "print(time.perf_counter() - t, time.process_time() - c, time.thread_time() - m, "
+               "r.events)")
+
+
+def _run_in_process(root: Path, folder: Path, max_batch: int, extra: dict[str, str]) -> tuple[float, float, float, int]:
+    proc = subprocess.run([sys.executable, "-c", _IN_PROCESS, str(root), str(folder), c.DATASET, str(max_batch)],
+                          capture_output=True, text=True, env=_env(root, extra))
+    if proc.returncode != 0:
+        raise SystemExit(f"{root}: exited {proc.returncode}\n{proc.stderr[-3000:]}")
+    wall, cpu, main, events = proc.stdout.split()
+    return float(wall), float(cpu), float(main), int(events)
+
+
+def _run(root: Path, folder: Path, max_batch: int, extra: dict[str, str]) -> tuple[float, float, None, int]:
     argv = [sys.executable, "-m", "lakepub.cli", "-w", str(folder), "run", c.DATASET, "--max-batch", str(max_batch),
             "--format", "json"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -60,7 +82,7 @@ def _run(root: Path, folder: Path, max_batch: int, extra: dict[str, str]) -> tup
     if proc.returncode != 0:
         raise SystemExit(f"{root}: exited {proc.returncode}\n{proc.stderr[-3000:]}")
     cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
-    return wall, cpu, json.loads(proc.stdout)["events"]
+    return wall, cpu, None, json.loads(proc.stdout)["events"]
 
 
 def main() -> None:
@@ -73,7 +95,10 @@ def main() -> None:
     p.add_argument("--before-env", action="append", default=[], metavar="KEY=VALUE",
                    help="environment of the 'before' runs (with --before . : LAKEPUB_PREFETCH=0 compares the "
                         "landing prefetch on and off in this checkout)")
+    p.add_argument("--in-process", action="store_true",
+                   help="time Workspace.run inside each child, imports excluded (adds main-thread CPU)")
     args = p.parse_args()
+    run = _run_in_process if args.in_process else _run
     roots = {"before": args.before.resolve(), "after": HERE}
     extra = {"before": dict(kv.split("=", 1) for kv in args.before_env), "after": {}}
     with c.scratch(args, "run-ab") as work:
@@ -82,26 +107,28 @@ def main() -> None:
                                      segment_size=max(1, -(-args.events // 4)))
         else:
             stream_dir, _ = c.stream(args, work, args.events)
-        res: dict[str, list[tuple[float, float]]] = {"before": [], "after": []}
+        res: dict[str, list[tuple[float, ...]]] = {"before": [], "after": []}
         sums = {}
         for i in range(args.pairs):
             for name, root in roots.items():
                 folder = work / f"ws-{name}-{i}"
                 _init(root, folder, stream_dir)
-                wall, cpu, events = _run(root, folder, args.max_batch, extra[name])
+                wall, cpu, main, events = run(root, folder, args.max_batch, extra[name])
                 assert events == args.events, (events, args.events)
-                res[name].append((wall, cpu))
+                res[name].append((wall, cpu, main) if args.in_process else (wall, cpu))
                 if i == 0:
                     sums[name] = _summary(root, folder)
-                c.log(f"pair {i + 1} {name}: wall {wall:.3f} s, CPU {cpu:.3f} s, load {os.getloadavg()[0]:.1f}")
+                c.log(f"pair {i + 1} {name}: wall {wall:.3f} s, CPU {cpu:.3f} s"
+                      + (f", main thread {main:.3f} s" if args.in_process else "") + f", load {os.getloadavg()[0]:.1f}")
         assert sums["before"] == sums["after"], "the two checkouts published different tables"
         out = {}
+        keys = ("wall", "cpu", "main") if args.in_process else ("wall", "cpu")
         for name, rows in res.items():
-            out[name] = {"wall": c.median([w for w, _ in rows]), "cpu": c.median([u for _, u in rows])}
-            print(f"{name:6s} median wall {out[name]['wall']:.3f} s  CPU {out[name]['cpu']:.3f} s  "
-                  f"walls {' '.join(f'{w:.2f}' for w, _ in rows)}  CPUs {' '.join(f'{u:.2f}' for _, u in rows)}")
-        print(f"after/before: wall {out['after']['wall'] / out['before']['wall']:.3f}, "
-              f"CPU {out['after']['cpu'] / out['before']['cpu']:.3f}; load now {os.getloadavg()}")
+            out[name] = {key: c.median([row[k] for row in rows]) for k, key in enumerate(keys)}
+            print(f"{name:6s} median " + "  ".join(f"{key} {out[name][key]:.3f} s" for key in keys) + "  "
+                  + "  ".join(f"{key}s {' '.join(f'{row[k]:.2f}' for row in rows)}" for k, key in enumerate(keys)))
+        print("after/before: " + ", ".join(f"{key} {out['after'][key] / out['before'][key]:.3f}" for key in keys)
+              + f"; load now {os.getloadavg()}")
         if args.json:
             Path(args.json).write_text(json.dumps({"stream": args.stream, "results": res, "medians": out}))
 
