@@ -19,7 +19,9 @@ entry). A ledger append may be given its snapshot id beforehand (``new_snapshot_
 ``append_files``), so that a publish stages the published tables, whose records name that ledger
 snapshot, while the ledger's own file is still being written. A derived window that replaces no
 file stages a fast append (``fast_append``: its manifest as one block, the summary's partition type
-bound once; ~14 ms instead of pyiceberg's ~23 ms for 365 files).
+bound once; ~14 ms instead of pyiceberg's ~23 ms for 365 files). Both snapshots' summaries bind
+each spec's partition type once (``_BoundSummary``: 0.7 instead of 2.1 ms of CPU for a publish
+adding 36 files and deleting 36).
 
 The data files are written by ``store.files.FileWriter``; transactions are ``MemoTransaction``.
 """
