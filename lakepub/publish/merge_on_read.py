@@ -79,8 +79,8 @@ WRITE_MODES = ("copy-on-write", "merge-on-read")
 # A publish that would leave more than this share of a partition's stored rows deleted rewrites the
 # partition whole instead (a dataset's ``fold_threshold``; module docstring "Bounded reads").
 FOLD_THRESHOLD = 0.2
-# A partition holding this many delete files is rewritten whole by the next publish that changes
-# it (README "Merge-on-read": DuckDB's scan time grows with the live delete files and data files).
+# A partition holding this many delete files is rewritten whole by the next publish that deletes
+# rows of it (one that only adds rows adds a data file; README "Merge-on-read": DuckDB's scan time grows with the live delete files and data files).
 MAX_DELETE_FILES = 8
 
 
