@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -129,3 +130,52 @@ def test_every_late_import_exists(module):
     """A renamed module (a pyarrow or pyiceberg upgrade) would silently lose its head start."""
     assert importlib.import_module(module) is not None
 
+
+
+
+# A parent that opened an S3 workspace's catalog (the head start running, no publish of its own)
+# forks a child that publishes. After the head start: the child inherits the pools' bookkeeping
+# (idle threads) but not their threads, so its first upload waited forever for a thread. During
+# it: the child inherits the lock of the module being imported, held by a thread it does not
+# have, so its own import of that module waited forever (made certain here by a slow module put
+# first in the head start's imports).
+_FORKS = """
+import json, multiprocessing, sys, threading, time
+from lakepub.store import s3_warm
+from lakepub.workspace import Workspace
+root, path, start, end, when = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+if when == "during":
+    s3_warm.LATE_IMPORTS = ("slow_import",) + s3_warm.LATE_IMPORTS
+Workspace.open(root).catalog  # the parent opens the catalog only: the head start runs
+if when == "during":
+    while "slow_import" not in sys.modules:
+        time.sleep(0.001)
+else:
+    for thread in threading.enumerate():
+        if thread.name == "lakepub-start-threads":
+            thread.join()
+def child():
+    import slow_import, numpy.ma
+    Workspace.open(root).publish("orders_daily", path, start={"p0": start}, end={"p0": end})
+process = multiprocessing.get_context("fork").Process(target=child)
+process.start()
+process.join(60)
+if process.is_alive():
+    process.kill()
+    print(json.dumps({"exitcode": "hung"}))
+else:
+    print(json.dumps({"exitcode": process.exitcode}))
+"""
+
+
+@pytest.mark.parametrize("when", ["after", "during"])
+def test_a_child_forked_after_or_during_the_head_start_publishes(moto_endpoint, tmp_path, when):  # noqa: F811
+    root = _s3_workspace(tmp_path / "ws", moto_endpoint, f"forked-{when}", tmp_path)
+    (tmp_path / "slow_import.py").write_text("import time\ntime.sleep(2)\n")
+    path = write_jsonl(tmp_path / "b0.jsonl", batch_events(0))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", _FORKS, str(root), str(path), str(OFFSETS[0]), str(OFFSETS[1]), when],
+                         capture_output=True, text=True, timeout=300, cwd=root, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"exitcode": 0}, out.stderr[-3000:]
+    assert summary_rows(Workspace.open(root)) == expected_rows(1)  # read back by DuckDB: the oracle
