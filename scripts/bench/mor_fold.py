@@ -21,7 +21,6 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import pyarrow.parquet as pq
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from datetime import date, timedelta
+from datetime import date
 
 import numpy as np
 import pyarrow as pa
