@@ -250,6 +250,21 @@ def _published_oracle(ws: Workspace) -> list[tuple]:
 # --- the cache --------------------------------------------------------------------------------
 
 
+def _rerun_as_new_process(monkeypatch, ws: Workspace) -> Workspace:
+    """After a refused run: undo the test's patches, forget what this process remembers (failed
+    uploads, remembered files) as a new process would, run again and check the published table
+    against the oracle. Returns the new workspace."""
+    from lakepub.store import uploads
+
+    monkeypatch.undo()
+    monkeypatch.setattr(uploads, "_FAILED", [])  # a new process
+    REMEMBERED.clear()
+    fresh = Workspace.open(ws.config.root)
+    fresh.run(DATASET)
+    assert _published(fresh) == _published_oracle(fresh)
+    return fresh
+
+
 def _arrow_bytes(rows: int) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, pa.schema([("k1", pa.int64())])) as writer:

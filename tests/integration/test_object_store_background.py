@@ -20,10 +20,9 @@ import time
 import pytest
 
 from lakepub.store import commit, s3, uploads
-from lakepub.store.s3 import REMEMBERED
 from lakepub.store.version_hint import hint_location
 from lakepub.workspace import Workspace
-from tests.integration.test_object_store import DATASET, _published, _published_oracle, _workspace
+from tests.integration.test_object_store import DATASET, _published, _published_oracle, _rerun_as_new_process, _workspace
 
 pytestmark = pytest.mark.integration
 
@@ -90,12 +89,7 @@ def test_a_failed_data_file_or_run_upload_publishes_nothing(s3_endpoint, make_wo
             ws.run(DATASET, max_batch=300)
         assert refused.value.exit_code == 4
         assert _published(ws) == before
-    monkeypatch.undo()
-    monkeypatch.setattr(uploads, "_FAILED", [])  # a new process
-    REMEMBERED.clear()
-    fresh = Workspace.open(ws.config.root)
-    fresh.run(DATASET)
-    assert _published(fresh) == _published_oracle(fresh)
+    _rerun_as_new_process(monkeypatch, ws)
     assert Workspace.open(ws.config.root).verify(DATASET, deep=True).ok
 
 

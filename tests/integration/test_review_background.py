@@ -15,7 +15,7 @@ import errno
 import pytest
 
 from lakepub.store import s3, uploads
-from tests.integration.test_object_store import DATASET, _published, _published_oracle, _workspace
+from tests.integration.test_object_store import DATASET, _published, _published_oracle, _rerun_as_new_process, _workspace
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +68,6 @@ def test_ordered_commit_a_failed_background_upload_publishes_nothing(s3_endpoint
     from conftest import set_commit_mode
     from lakepub.errors import RetryableError
     from lakepub.store.layout import ledger_id
-    from lakepub.store.s3 import REMEMBERED
     from lakepub.workspace import Workspace
     from tests.integration.test_object_store_background import _slowed
 
@@ -91,10 +90,5 @@ def test_ordered_commit_a_failed_background_upload_publishes_nothing(s3_endpoint
             ws.run(DATASET, max_batch=300)
         assert pointers() == before  # not even the ledger moved
     assert _published(ws) == published
-    monkeypatch.undo()
-    monkeypatch.setattr(uploads, "_FAILED", [])  # a new process
-    REMEMBERED.clear()
-    fresh = Workspace.open(ws.config.root)
-    fresh.run(DATASET)
-    assert _published(fresh) == _published_oracle(fresh)
+    _rerun_as_new_process(monkeypatch, ws)
     assert Workspace.open(ws.config.root).verify(DATASET, deep=True).ok

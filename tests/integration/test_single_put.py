@@ -21,7 +21,7 @@ from lakepub.store.cache import FileCache
 from lakepub.store.s3 import REMEMBERED, LakepubFileIO
 from lakepub.workspace import Workspace
 from tests.integration.test_object_store import (  # noqa: F401 - counting_s3 is a fixture
-    DATASET, _published, _published_oracle, _runs, _workspace, counting_s3,
+    DATASET, _published, _published_oracle, _rerun_as_new_process, _runs, _workspace, counting_s3,
 )
 
 pytestmark = pytest.mark.integration
@@ -161,12 +161,7 @@ def test_a_put_object_failing_in_its_upload_thread_publishes_nothing(s3_endpoint
         ws.run(DATASET, max_batch=300)
     assert refused.value.exit_code == 4 and tried
     assert _published(ws) == before
-    monkeypatch.undo()
-    monkeypatch.setattr(uploads, "_FAILED", [])  # a new process
-    REMEMBERED.clear()
-    fresh = Workspace.open(ws.config.root)
-    fresh.run(DATASET)
-    assert _published(fresh) == _published_oracle(fresh)
+    _rerun_as_new_process(monkeypatch, ws)
 
 
 def test_a_bare_endpoint_is_https_for_the_janitor_and_duckdb_too():
