@@ -26,18 +26,25 @@ def _published(root) -> dict:
             Workspace.open(root).query("SELECT * FROM orders_daily").to_pylist()}
 
 
-def test_a_segment_rewritten_in_place_with_the_same_size_and_mtime_is_read_again(ws_path, ws):
-    """A producer (or ``cp -p``/``rsync -t --inplace``) rewrites a segment after the prefetch parsed
-    it: same size, modification time restored. The run must publish what the file holds now."""
-    p0 = ws.config.landing_dir("orders") / "p0"
+def _prefetched(ws_path, first: str, rows: int):
+    """A landing segment ``p0/00000.jsonl`` holding ``first``, parsed by a finished prefetch of
+    ``rows`` rows: (its config, the source, the segment)."""
+    config = open_config(ws_path)
+    p0 = config.landing_dir("orders") / "p0"
     p0.mkdir(parents=True)
     seg = p0 / "00000.jsonl"
-    seg.write_text(_line("A", 100) + _line("B", 200))
-    config = open_config(ws_path)
+    seg.write_text(first)
     spec = config.dataset("orders_daily")
     source = LandingSource(config.landing_dir(spec.source), spec.contract).prefetch(lambda: {})
     source._wait_prefetch(planned=True)
-    assert [f.result()[1].num_rows for f in source._parsed.values()] == [2]
+    assert [f.result()[1].num_rows for f in source._parsed.values()] == [rows]
+    return config, source, seg
+
+
+def test_a_segment_rewritten_in_place_with_the_same_size_and_mtime_is_read_again(ws_path, ws):
+    """A producer (or ``cp -p``/``rsync -t --inplace``) rewrites a segment after the prefetch parsed
+    it: same size, modification time restored. The run must publish what the file holds now."""
+    config, source, seg = _prefetched(ws_path, _line("A", 100) + _line("B", 200), 2)
     st = seg.stat()
     seg.write_text(_line("A", 900) + _line("B", 200))  # same length
     os.utime(seg, ns=(st.st_atime_ns, st.st_mtime_ns))
@@ -50,15 +57,8 @@ def test_a_segment_rewritten_in_place_with_the_same_size_and_mtime_is_read_again
 def test_a_segment_replaced_by_rename_with_the_same_size_and_mtime_is_read_again(ws_path, ws):
     """The producer's usual atomic replace (write a temp file, rename over the segment), the new
     file carrying the old one's modification time."""
-    p0 = ws.config.landing_dir("orders") / "p0"
-    p0.mkdir(parents=True)
-    seg = p0 / "00000.jsonl"
-    seg.write_text(_line("A", 100))
-    config = open_config(ws_path)
-    spec = config.dataset("orders_daily")
-    source = LandingSource(config.landing_dir(spec.source), spec.contract).prefetch(lambda: {})
-    source._wait_prefetch(planned=True)
-    assert [f.result()[1].num_rows for f in source._parsed.values()] == [1]
+    config, source, seg = _prefetched(ws_path, _line("A", 100), 1)
+    p0 = seg.parent
     st = seg.stat()
     tmp = p0 / ".00000.tmp"
     tmp.write_text(_line("A", 700))
