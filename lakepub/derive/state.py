@@ -242,28 +242,22 @@ def fingerprint(ctx: Context, spec: DerivedSpec, label: str) -> str:
     read one ``month(day)`` partition, and a build computes every print in its plan and in its
     window, a rebuild a third time before the swap: 365 prints ~15-19 ms -> ~1 ms (load ~18)."""
     parts: dict[str, Any] = {}
-    key: list = []
     for name, inp in spec.inputs.items():
         checks = ctx.checksums(name)
         mapping = upstream_map(ctx, spec, name) if label != WHOLE else None
         if mapping == "same":
-            checksum = checks.get(label, EMPTY_CHECKSUM)
-            parts[name] = {label: checksum}
-            key.append((name, label, checksum))
+            parts[name] = {label: checks.get(label, EMPTY_CHECKSUM)}
         elif mapping == "finer":
             n = _GRAIN[inp.expr.kind]
             parts[name] = {u: c for u, c in sorted(checks.items()) if u[:n] == label and not _empty(c)}
-            key.append((name, *parts[name].items()))
         elif mapping == "coarser":
             upstream = label[:_GRAIN[ctx.partition_of(name).kind]]
-            checksum = checks.get(upstream, EMPTY_CHECKSUM)
-            parts[name] = {upstream: checksum}
-            key.append((name, upstream, checksum))
+            parts[name] = {upstream: checks.get(upstream, EMPTY_CHECKSUM)}
         else:
             parts[name] = digest(sorted(checks.items()))
-            key.append((name, parts[name]))
-    # the key determines ``parts``: (input, label, checksum) is {label: checksum}, whichever mapping
-    return remembered_digest(tuple(key), parts)
+    # the key is ``parts`` itself, frozen (dicts keep their order, so it determines the digest)
+    key = tuple((name, tuple(v.items()) if isinstance(v, dict) else v) for name, v in parts.items())
+    return remembered_digest(key, parts)
 
 
 # --- actual ----------------------------------------------------------------------------------
