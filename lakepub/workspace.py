@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
@@ -33,7 +33,8 @@ from lakepub.failures import classified
 from lakepub.landing import LandingSource
 from lakepub.positions import Vector
 from lakepub.publish import dual
-from lakepub.publish.publisher import PreparedBatch, Publisher, PublishResult, prepare
+from lakepub.publish.publisher import Publisher, PublishResult, prepare
+from lakepub.publish.read_ahead import ReadAhead
 from lakepub.store.catalog import open_catalog
 from lakepub.store.commit import deferred_cleanup
 from lakepub.store.integrity import check_scannable
@@ -219,7 +220,7 @@ class Workspace:
         # deferred_cleanup: a batch's version hints are written while the next one starts (all
         # of them before this returns).
         contract = spec.contract
-        with deferred_cleanup(), _ReadAhead(src.batches(committed, max_batch), lambda t: prepare(t, contract)) as batches:
+        with deferred_cleanup(), ReadAhead(src.batches(committed, max_batch), lambda t: prepare(t, contract)) as batches:
             publisher = self.publisher(dataset)
             publisher.catch_up()  # a dataset added to an entity with history is built first
             dual.attach(self, publisher, spec, Path(landing) if landing else None, max_batch)  # DUAL_WRITE
@@ -473,32 +474,3 @@ def _events_table(events: EventsInput, contract: Contract) -> pa.Table:
         return read_events(events, contract)  # "-" is standard input
     return events_from_records(events, contract)
 
-
-class _ReadAhead:
-    """Read, validate and prepare the next batch in a background thread while the current one publishes.
-
-    pyarrow's JSON reader and sort release the GIL, so on two cores the read overlaps the publish.
-    Only one batch is read ahead (the first as soon as this is created); an invalid event still
-    surfaces right after the batches before it.
-    """
-
-    def __init__(self, batches: Iterator[tuple[pa.Table, Vector, Vector]],
-                 prepare: Callable[[pa.Table], PreparedBatch]):
-        self._batches, self._prepare = batches, prepare
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lakepub-read")
-        self._ahead = self._pool.submit(self._read)
-
-    def _read(self) -> tuple[PreparedBatch, Vector, Vector] | None:
-        item = next(self._batches, None)
-        return None if item is None else (self._prepare(item[0]), item[1], item[2])
-
-    def __iter__(self) -> Iterator[tuple[PreparedBatch, Vector, Vector]]:
-        while (item := self._ahead.result()) is not None:
-            self._ahead = self._pool.submit(self._read)
-            yield item
-
-    def __enter__(self) -> "_ReadAhead":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
