@@ -19,6 +19,19 @@ Each stream is published three ways, batches of ``--max-batch``:
   + full summary recompute + checkpoint in one transaction, event by event);
 * what a user would write with pyiceberg: ``scripts/baselines/pyiceberg_upsert.run_upsert_baseline``.
 
+Beside each ``lakepub run`` process, alternated with it, two child processes split its time
+(``--no-split`` skips them):
+
+* the **import floor**: a process that only imports what a publishing ``lakepub run`` process
+  imports before its first batch (``_FLOOR``: lakepub's CLI and publisher, pyiceberg's SQL
+  catalog and pyarrow FileIO, pyarrow's Parquet and JSON, DuckDB), start to exit;
+* the **run alone**: ``Workspace.run`` of the same stream in a fresh workspace, timed after those
+  imports in a new process (the in-process figure of session 3, but one run per process).
+
+From them the report derives what the target asks of the run itself: the process ratio the
+stream would reach if its run cost nothing beyond the imports (seed / floor), and the speed-up
+of the run alone that the target needs once the floor is paid (issue 10's "where the time goes").
+
 It checks that lakepub's published table equals the seed baseline's summary, then (full mode,
 unless ``--no-profile``) profiles two more fresh lakepub runs in this process of the
 ``--profile-stream`` (default drift): the time per publish phase, from pyinstrument's sampling
@@ -32,6 +45,7 @@ from __future__ import annotations
 
 import gc
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -42,6 +56,22 @@ STREAMS = ("advance", "drift")
 PREFIX = {"advance": "", "drift": "drift_"}
 TARGET_VS_SEED = {"advance": 12, "drift": 10}
 
+# What a publishing `lakepub run` process has imported before its first batch (its slowest imports;
+# `python -X importtime` of a run lists them), as one process started and ended: the floor under
+# any process-level figure, whatever the run costs.
+_FLOOR = ("import lakepub.cli, lakepub.workspace, lakepub.publish.publisher, lakepub.store.commit, "
+          "pyiceberg.catalog.sql, pyiceberg.io.pyarrow, pyarrow.parquet, pyarrow.json, duckdb")
+
+# The run alone: Workspace.run timed after those imports, in a new process; prints wall and CPU.
+_ALONE = _FLOOR + """
+import sys, time
+from lakepub.workspace import Workspace
+root, dataset, max_batch = sys.argv[1], sys.argv[2], int(sys.argv[3])
+t0, c0 = time.perf_counter(), time.process_time()
+Workspace.open(root).run(dataset, max_batch=max_batch)
+print(time.perf_counter() - t0, time.process_time() - c0)
+"""
+
 
 def main() -> None:
     p = c.parser(__doc__.splitlines()[0])
@@ -51,6 +81,8 @@ def main() -> None:
     p.add_argument("--streams", default=",".join(STREAMS), help="comma-separated: advance, drift (default both)")
     p.add_argument("--skip-upsert", action="store_true", help="do not run the pyiceberg upsert baseline")
     p.add_argument("--no-profile", action="store_true", help="do not profile a second lakepub run")
+    p.add_argument("--no-split", action="store_true",
+                   help="do not time the import floor and the run alone beside each process")
     p.add_argument("--profile", action="store_true", help="profile even in --quick mode")
     p.add_argument("--profile-stream", choices=STREAMS, default="drift", help="the stream profiled (default drift)")
     p.add_argument("--profile-out", type=Path, help="write the pyinstrument call tree there (if installed)")
@@ -93,6 +125,8 @@ def _measure(r: c.Report, args, work: Path, name: str, stream_dir: Path, events:
     pre = PREFIX[name]
     # --- lakepub: --repeat fresh processes, median ------------------------------------------
     runs: list[tuple[float, dict, float]] = []
+    floors: list[tuple[float, float]] = []
+    alone: list[tuple[float, float]] = []
     lp_rows = None
     for i in range(repeat):
         c.log(f"{name}: lakepub run process {i + 1}/{repeat} ...")
@@ -106,6 +140,13 @@ def _measure(r: c.Report, args, work: Path, name: str, stream_dir: Path, events:
         runs.append((seconds, result, cpu))
         if i == 0:
             lp_rows = _summary(c.workspace_open(folder))
+        if not args.no_split:
+            floors.append(c.timed_process_cpu([sys.executable, "-c", _FLOOR])[:2])
+            folder = work / f"ws-{name}-{i}-alone"
+            c.workspace(folder, stream_dir)
+            gc.collect()
+            out = c.timed_process_cpu([sys.executable, "-c", _ALONE, str(folder), c.DATASET, str(max_batch)])[2]
+            alone.append(tuple(float(x) for x in out.split()[-2:]))
     lp_s, result, lp_cpu = sorted(runs, key=lambda x: x[0])[len(runs) // 2]
 
     # --- seed protocol ------------------------------------------------------------------------
@@ -156,6 +197,8 @@ def _measure(r: c.Report, args, work: Path, name: str, stream_dir: Path, events:
     if ups is not None:
         r.figure(f"{pre}upsert_batch_first_s", ups["batch_seconds"][0], "upsert first batch", "s")
         r.figure(f"{pre}upsert_batch_last_s", ups["batch_seconds"][-1], "upsert last batch", "s")
+    if floors:
+        _split(r, pre, name, seed["seconds"], lp_s, floors, alone)
     seed_rows = {d: list(v) for d, v in seed["summary"].items()}
     same = lp_rows == seed_rows
     r.figure(f"{pre}same_result_as_seed", same, "published table == seed baseline summary")
@@ -167,6 +210,25 @@ def _measure(r: c.Report, args, work: Path, name: str, stream_dir: Path, events:
              TARGET_VS_SEED[name])
     if ups is not None:
         r.target(f"{label}lakepub >= 30x pyiceberg upsert", r.figures[f"{pre}ratio_vs_upsert"], ">=", 30)
+
+
+def _split(r: c.Report, pre: str, name: str, seed_s: float, lp_s: float, floors, alone) -> None:
+    """The process's time split into the import floor and the run alone, and what the target asks."""
+    floor_s, floor_cpu = c.median([x[0] for x in floors]), c.median([x[1] for x in floors])
+    alone_s, alone_cpu = c.median([x[0] for x in alone]), c.median([x[1] for x in alone])
+    target = TARGET_VS_SEED[name]
+    r.figure(f"{pre}import_floor_s", floor_s, "import floor (a process importing what a run does)", "s",
+             f"CPU {floor_cpu:.2f} s")
+    r.figure(f"{pre}run_alone_s", alone_s, "the run alone, after its imports", "s",
+             f"CPU {alone_cpu:.2f} s")
+    r.ratio(f"{pre}run_alone_ratio_vs_seed", seed_s, alone_s, "seed protocol / the run alone")
+    r.ratio(f"{pre}ratio_ceiling_vs_seed", seed_s, floor_s, "ceiling: seed / import floor (run costs 0)")
+    budget = seed_s / target - floor_s
+    r.figure(f"{pre}run_budget_s", budget, f"run budget at {target}x after the floor", "s",
+             f"seed {seed_s:.2f} s / {target} - floor {floor_s:.2f} s")
+    if budget > 0:
+        r.ratio(f"{pre}run_speedup_needed", alone_s, budget,
+                f"run-alone speed-up {target}x needs")
 
 
 def _summary(ws) -> dict[str, list[int]]:
