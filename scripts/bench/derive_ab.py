@@ -35,7 +35,6 @@ sys.path[:0] = [checkout, checkout + "/scripts/bench"]
 import yaml
 import derive as d
 from lakepub.derive.reconcile import reconcile
-from lakepub.store.layout import summary_id
 from lakepub.workspace import Workspace
 
 datasets = root / "catalog" / "datasets"
@@ -55,10 +54,7 @@ def build(key="build"):
         pass
     shutil.rmtree(root / ".lakepub" / "labels", ignore_errors=True)
     with Workspace.open(root) as ws:
-        try:
-            ws.catalog.drop_table(summary_id(ws.config.namespace, "facts_daily"))
-        except Exception:
-            pass
+        d.drop_with_folder(ws, "facts_daily")  # and its folder: a build starts from nothing, like COPY
         timed(key, lambda: reconcile(ws, ["facts_daily"]))
 
 def rebuild(k):
