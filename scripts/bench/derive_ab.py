@@ -35,10 +35,20 @@ sys.path[:0] = [checkout, checkout + "/scripts/bench"]
 import yaml
 import derive as d
 from lakepub.derive.reconcile import reconcile
+from lakepub.store.layout import summary_id
 from lakepub.workspace import Workspace
 
 datasets = root / "catalog" / "datasets"
 runs = {}
+
+def drop_with_folder(ws, name):  # derive.drop_with_folder, here: "before" checkouts may predate it
+    ident = summary_id(ws.config.namespace, name)
+    try:
+        location = ws.catalog.load_table(ident).location()
+    except Exception:
+        return
+    ws.catalog.drop_table(ident)
+    shutil.rmtree(location.removeprefix("file://"), ignore_errors=True)
 
 def timed(key, fn):
     t, cpu = time.perf_counter(), time.process_time()
@@ -54,7 +64,7 @@ def build(key="build"):
         pass
     shutil.rmtree(root / ".lakepub" / "labels", ignore_errors=True)
     with Workspace.open(root) as ws:
-        d.drop_with_folder(ws, "facts_daily")  # and its folder: a build starts from nothing, like COPY
+        drop_with_folder(ws, "facts_daily")  # and its folder: a build starts from nothing, like COPY
         timed(key, lambda: reconcile(ws, ["facts_daily"]))
 
 def rebuild(k):
