@@ -167,3 +167,48 @@ def test_offline_rebuild_lists_the_catalog_once(cli, ws_path, monkeypatch):
     oracle = "SELECT day, sum(cents) AS cents, count(*) + 1 AS n FROM orders_daily GROUP BY 1 ORDER BY 1"
     assert _rows(cli, "SELECT * FROM orders_by_day ORDER BY 1") == _rows(cli, oracle)
     assert _audit(ws_path, "orders_by_day") == len(_rows(cli, oracle))
+
+
+def test_a_table_loaded_again_at_the_same_pointer_is_not_parsed_again(cli, ws_path, monkeypatch):
+    """``store.commit.load_table`` (what ``derive/state.Context.table`` loads with) reads the
+    catalog's pointer on every load, and parses the metadata file it names once per process: the
+    same table as pyiceberg's ``load_table``, the new metadata once the pointer moved, pyiceberg's
+    NoSuchTableError for a table that is not there."""
+    import pytest
+    from pyiceberg.exceptions import NoSuchTableError
+    from pyiceberg.serializers import FromInputFile
+
+    from lakepub.store import commit
+    from lakepub.store.layout import summary_id
+    from lakepub.workspace import Workspace
+    from test_derive import _order
+
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, DAILY)
+    _ok(cli("reconcile"))
+    parsed = []
+    original = FromInputFile.table_metadata
+    monkeypatch.setattr(FromInputFile, "table_metadata",
+                        staticmethod(lambda file, *a, **k: parsed.append(file.location) or original(file, *a, **k)))
+
+    def same(table, oracle) -> None:
+        assert (table.name(), table.metadata_location, table.metadata) == \
+            (oracle.name(), oracle.metadata_location, oracle.metadata)
+        assert table.io.properties == oracle.io.properties and table.catalog is oracle.catalog
+
+    with Workspace.open(ws_path) as ws:
+        ident = summary_id(ws.config.namespace, "orders_by_day")
+        commit._PARSED.clear()  # noqa: SLF001 - as a new process
+        first = commit.load_table(ws.catalog, ident)
+        again = commit.load_table(ws.catalog, ident)
+        assert parsed == [first.metadata_location]  # parsed once
+        oracle = ws.catalog.load_table(ident)
+        same(first, oracle)
+        same(again, oracle)
+        _publish(cli, ws_path, [_order("H", 1, "2025-10-20", 1000)])
+        _ok(cli("reconcile", "orders_by_day"))  # the pointer moves
+        moved = commit.load_table(ws.catalog, ident)
+        assert moved.metadata_location != first.metadata_location
+        same(moved, ws.catalog.load_table(ident))
+        with pytest.raises(NoSuchTableError):
+            commit.load_table(ws.catalog, summary_id(ws.config.namespace, "no_such_table"))
