@@ -25,6 +25,10 @@ of the block. On S3 that takes a round trip per batch (3 more when a merge-appen
 manifest to delete) out of a ``run``'s requests in sequence; a crash in between leaves an older
 hint, which a crash right after the swap could always do.
 
+``load_table`` loads a table as pyiceberg's SQL catalog does, reading the pointer row every time
+but parsing a metadata file (written once, under a new name) once per process: the derive path
+reloads tables at every freshness point, half of them at a pointer it loaded before.
+
 This uses non-public pyiceberg methods, hence the exact pin in pyproject.toml; the tests cover it.
 """
 

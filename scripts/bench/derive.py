@@ -4,7 +4,8 @@ One workspace with a current-state base dataset ``facts`` (ROWS live entities ov
 ``month(day)``), published once from an Arrow table, and a derived daily rollup ``facts_daily``
 (365 ``day(day)`` partitions). Measured, in one process, ratios in one run:
 
-1. a full build of the whole rollup by ``reconcile`` (the table dropped before; default windows:
+1. a full build of the whole rollup by ``reconcile`` (the table dropped and its folder deleted
+   before, as the COPY's output folder is; default windows:
    one window of 365 partitions, a DuckDB query over the published snapshot, one Parquet file per
    day written by DuckDB, one atomic commit; the input's distinct days not remembered, as for a
    first build: ``derive/labels.py``) vs DuckDB running the same SQL over the same
