@@ -206,7 +206,7 @@ def commit_in_order(catalog: Catalog, changes: list[TableChange]) -> None:
 # Parsed metadata files by location (``load_table``): a metadata file is written once under a new
 # name and never changes, so a table loaded again at the same pointer needs its pointer, not a parse.
 _PARSED: OrderedDict[str, TableMetadata] = OrderedDict()
-_PARSED_MAX = 64
+_PARSED_MAX = 32  # a reconcile reloads its inputs and targets; a parsed metadata of a long history is ~MBs
 _PARSED_LOCK = threading.Lock()
 
 
