@@ -44,7 +44,9 @@ from typing import Callable, Iterator
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.io import load_file_io
+from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import StagedTable, Table, Transaction
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import TableMetadata
@@ -226,18 +228,20 @@ def load_table(catalog: Catalog, ident: tuple[str, ...]) -> Table:
         stmt = stmt.where(type_filter)
     with Session(catalog.engine) as session:
         row = session.execute(stmt).first()
+    if row is None or not row.metadata_location:  # pyiceberg's error (one query, not a second load)
+        raise NoSuchTableError(f"Table does not exist: {namespace}.{Catalog.table_name_from(ident)}")
+    location = row.metadata_location
     with _PARSED_LOCK:
-        metadata = _PARSED.get(row.metadata_location) if row is not None and row.metadata_location else None
+        metadata = _PARSED.get(location)
         if metadata is not None:
-            _PARSED.move_to_end(row.metadata_location)
-    if metadata is None:  # not parsed yet (or no such table: pyiceberg's error)
-        table = catalog.load_table(ident)
+            _PARSED.move_to_end(location)
+    if metadata is None:  # parsed as pyiceberg's SqlCatalog._convert_orm_to_iceberg parses it
+        metadata = FromInputFile.table_metadata(load_file_io(properties=catalog.properties, location=location)
+                                                .new_input(location))
         with _PARSED_LOCK:
-            _PARSED[table.metadata_location] = table.metadata
+            _PARSED[location] = metadata
             while len(_PARSED) > _PARSED_MAX:
                 _PARSED.popitem(last=False)
-        return table
-    location = row.metadata_location
     return Table(identifier=Catalog.identifier_to_tuple(row.table_namespace) + (row.table_name,), metadata=metadata,
                  metadata_location=location, io=catalog._load_file_io(metadata.properties, location),  # noqa: SLF001
                  catalog=catalog)
