@@ -150,10 +150,11 @@ class Context:
         if name not in self._tables:
             from pyiceberg.exceptions import NoSuchTableError
 
+            from lakepub.store.commit import load_table
             from lakepub.store.layout import summary_id
 
             try:
-                self._tables[name] = self.ws.catalog.load_table(summary_id(self.ws.config.namespace, name))
+                self._tables[name] = load_table(self.ws.catalog, summary_id(self.ws.config.namespace, name))
             except NoSuchTableError:
                 self._tables[name] = None
         return self._tables[name]

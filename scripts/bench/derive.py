@@ -4,7 +4,8 @@ One workspace with a current-state base dataset ``facts`` (ROWS live entities ov
 ``month(day)``), published once from an Arrow table, and a derived daily rollup ``facts_daily``
 (365 ``day(day)`` partitions). Measured, in one process, ratios in one run:
 
-1. a full build of the whole rollup by ``reconcile`` (the table dropped before; default windows:
+1. a full build of the whole rollup by ``reconcile`` (the table dropped and its folder deleted
+   before, as the COPY's output folder is; default windows:
    one window of 365 partitions, a DuckDB query over the published snapshot, one Parquet file per
    day written by DuckDB, one atomic commit; the input's distinct days not remembered, as for a
    first build: ``derive/labels.py``) vs DuckDB running the same SQL over the same
@@ -53,6 +54,22 @@ DAILY = {"name": "facts_daily", "projection": {"kind": "sql", "inputs": {"facts"
          "partition": "day(day)"}
 
 
+def drop_with_folder(ws, name: str) -> None:
+    """Drop the derived table and delete its folder, so that a build starts from nothing, like the
+    ``COPY`` baseline, whose output folder is deleted first: a dropped table's folder keeps its 365
+    partition folders (and every earlier round's files), and a build into it then only created
+    files, never the folders the baseline creates (before session 10 the build had that edge)."""
+    from lakepub.store.layout import summary_id
+
+    ident = summary_id(ws.config.namespace, name)
+    try:
+        location = ws.catalog.load_table(ident).location()
+    except Exception:  # noqa: BLE001 - first round: no table yet
+        return
+    ws.catalog.drop_table(ident)
+    shutil.rmtree(location.removeprefix("file://"), ignore_errors=True)
+
+
 def main() -> None:
     p = c.parser(__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, help="live entities of facts (default 1,000,000; --quick 10,000)")
@@ -70,7 +87,6 @@ def main() -> None:
     from lakepub.derive.reconcile import reconcile
     from lakepub.derive.state import Batching
     from lakepub.init import init_workspace
-    from lakepub.store.layout import summary_id
     from lakepub.workspace import Workspace
 
     with c.scratch(args, "derive") as tmp:
@@ -107,10 +123,7 @@ def main() -> None:
             labels.clear_memo()
             shutil.rmtree(root / ".lakepub" / "labels", ignore_errors=True)
             with Workspace.open(root) as ws:
-                try:
-                    ws.catalog.drop_table(summary_id(ws.config.namespace, "facts_daily"))
-                except Exception:  # noqa: BLE001 - first round: no table yet
-                    pass
+                drop_with_folder(ws, "facts_daily")
                 done = timed(key, lambda: reconcile(ws, ["facts_daily"], batching=batching, workers=workers))
                 assert sum(len(r.partitions) for r in done) == 365
                 figures[f"commit_attempts_{key}"] = sum(r.attempts for r in done)

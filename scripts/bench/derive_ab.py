@@ -41,6 +41,15 @@ from lakepub.workspace import Workspace
 datasets = root / "catalog" / "datasets"
 runs = {}
 
+def drop_with_folder(ws, name):  # derive.drop_with_folder, here: "before" checkouts may predate it
+    ident = summary_id(ws.config.namespace, name)
+    try:
+        location = ws.catalog.load_table(ident).location()
+    except Exception:
+        return
+    ws.catalog.drop_table(ident)
+    shutil.rmtree(location.removeprefix("file://"), ignore_errors=True)
+
 def timed(key, fn):
     t, cpu = time.perf_counter(), time.process_time()
     fn()
@@ -55,10 +64,7 @@ def build(key="build"):
         pass
     shutil.rmtree(root / ".lakepub" / "labels", ignore_errors=True)
     with Workspace.open(root) as ws:
-        try:
-            ws.catalog.drop_table(summary_id(ws.config.namespace, "facts_daily"))
-        except Exception:
-            pass
+        drop_with_folder(ws, "facts_daily")  # and its folder: a build starts from nothing, like COPY
         timed(key, lambda: reconcile(ws, ["facts_daily"]))
 
 def rebuild(k):
