@@ -59,7 +59,7 @@ folded), a live flag, 16 bytes per index entry; a ``LiveRows`` partition once ma
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -92,6 +92,10 @@ class Delta:
     deleted: dict[Any, pa.Table]  # partition value -> (file_path, pos) of the replaced rows
     removed: dict[Any, np.ndarray]  # partition value -> the replaced rows' ids in its ``Part`` (sorted)
     whole: frozenset[Any] = frozenset()  # partitions rewritten whole instead (``bounded``)
+    # partitions whose small files were folded instead (``bounded``): value -> the data files (paths)
+    # rewritten into its ``added`` rows; ``deleted`` then holds every dead position of its other files,
+    # one delete file replacing all of its delete files
+    folded: Mapping[Any, frozenset[str]] = field(default_factory=dict)
 
 
 def load_located(table: Table, tasks: list[FileScanTask], schema: pa.Schema, partition: PartitionBy,
@@ -153,17 +157,44 @@ def bounded(state: PublishedState, change: Delta, rows: Mapping[Any, pa.Table],
             threshold: float | None = None) -> Delta:
     """``change`` with every partition it deletes rows of rewritten whole (its merged ``rows`` as
     one new file; its data and delete files dropped) when, after ``change``, more than
-    ``threshold`` (``FOLD_THRESHOLD`` by default) of its stored rows would be deleted ones, or it
-    already holds ``MAX_DELETE_FILES`` delete files (module docstring: "Bounded reads")."""
+    ``threshold`` (``FOLD_THRESHOLD`` by default) of its stored rows would be deleted ones; and
+    with the small files of a partition already holding ``MAX_DELETE_FILES`` delete files folded
+    (``_fold_small``; module docstring: "Bounded reads")."""
     threshold = FOLD_THRESHOLD if threshold is None else threshold
     parts = state.located or {}
-    whole = frozenset(v for v in change.deleted
-                      if len(state.deletes.get(v, ())) >= MAX_DELETE_FILES
-                      or _deleted_fraction(parts.get(v), change.removed.get(v), change.added.get(v)) > threshold)
-    if not whole:
+    whole = {v for v in change.deleted
+             if _deleted_fraction(parts.get(v), change.removed.get(v), change.added.get(v)) > threshold}
+    folded = {v: _fold_small(state, parts[v], change, v) for v in change.deleted
+              if v not in whole and len(state.deletes.get(v, ())) >= MAX_DELETE_FILES}
+    whole |= {v for v, fold in folded.items() if fold is None}
+    folded = {v: fold for v, fold in folded.items() if fold is not None}
+    if not whole and not folded:
         return change
-    return Delta({**change.added, **{v: rows[v] for v in whole}},
-                 {v: t for v, t in change.deleted.items() if v not in whole}, change.removed, whole)
+    added = {**change.added, **{v: rows[v] for v in whole}, **{v: rows_ for v, (_, rows_, _) in folded.items()}}
+    deleted = {v: t for v, t in change.deleted.items() if v not in whole and v not in folded}
+    deleted.update({v: dead for v, (_, _, dead) in folded.items() if dead is not None})
+    return Delta(added, deleted, change.removed, frozenset(whole), {v: paths for v, (paths, _, _) in folded.items()})
+
+
+def _fold_small(state: PublishedState, part: Part, change: Delta, value: Any
+                ) -> tuple[frozenset[str], pa.Table, pa.Table | None] | None:
+    """A partition's delete files folded without rewriting its large files: the data files of
+    ``part`` that are not larger than all its smaller files and the new rows together (the small
+    files earlier publishes appended, and what an earlier fold made of them) rewritten with the new
+    rows as one file, and ONE delete file naming every dead position of the files kept. Returns
+    (the paths rewritten, the new file's rows, the delete file's (file_path, pos) or None), or None
+    to rewrite the partition whole (no file is kept, or the partition's files are not the ones
+    located: never copy a row into a new file while its old file might stay)."""
+    added = change.added.get(value)
+    kept = part.large_files(added.num_rows if added is not None else 0)
+    if not kept or set(part.paths) != {f.file_path for f in state.files.get(value, ())}:
+        return None
+    dropped = frozenset(p for p in part.paths if p not in kept)
+    live = part.live_after(change.removed.get(value))
+    carried = part.take(part.ids_in(dropped, live)).select(state.schema.names).cast(state.schema)
+    rows = pa.concat_tables([carried, added]) if added is not None else carried
+    dead = part.ids_in(kept, ~live)
+    return dropped, rows, part.locations(dead) if len(dead) else None
 
 
 def _deleted_fraction(part: Part | None, removed: np.ndarray | None, added: pa.Table | None) -> float:
@@ -189,6 +220,14 @@ def removed_rows(state: PublishedState, change: Delta) -> dict[Any, pa.Table]:
     return {v: parts[v].take(ids) for v, ids in change.removed.items() if v in parts}
 
 
+def dropped_files(state: PublishedState, change: Delta) -> tuple[list[DataFile], list[DataFile]]:
+    """The data and delete files a commit of ``change`` removes: all of a partition rewritten
+    whole, the small data files and all delete files of a partition folded (``bounded``)."""
+    data = state.files_of(change.whole)
+    data += [f for v, paths in change.folded.items() for f in state.files.get(v, ()) if f.file_path in paths]
+    return data, [f for v in (*change.whole, *change.folded) for f in state.deletes.get(v, ())]
+
+
 def after_commit(state: PublishedState, snapshot_id: int, values: frozenset[Any], rows: Mapping[Any, pa.Table],
                  key: tuple[str, ...], new_files: list[DataFile], new_deletes: list[DataFile],
                  change: Delta | None, replaced: bool) -> PublishedState:
@@ -206,6 +245,11 @@ def after_commit(state: PublishedState, snapshot_id: int, values: frozenset[Any]
             deletes.pop(value, None)
             written = rows.get(value)
             part = Part.of(written, path, key) if written is not None and written.num_rows and path else None
+        elif change is not None and value in change.folded:
+            dropped = change.folded[value]
+            files[value] = [f for f in files.get(value, []) if f.file_path not in dropped]
+            deletes.pop(value, None)
+            part = parts[value].without(dropped, change.removed.get(value)).after(None, change.added.get(value), path)
         else:
             old = parts.get(value)
             added = change.added.get(value) if change is not None else None
