@@ -16,6 +16,14 @@ partition is kept here as a ``Part`` that a publish only ever *appends to*:
   newest runs are merged (dropping dead rows) once the older is less than twice the newer, so a
   partition holds O(log(rows / batch)) runs.
 
+A fold of a partition's small files (``merge_on_read.bounded``, at 8 delete files) is the one
+step that removes rows: ``without`` drops the folded files' rows and renumbers the kept files'
+ids and index entries (numpy over the index: no rehash of the kept rows), then ``after`` appends
+the fold's new file (hashing its rows, the carried ones again); ``large_files`` picks the files a
+fold keeps. Measured for a 625k-row partition folding 8 appended 6k-row files (46k rows carried):
+``without`` 20-28 ms, ``after`` 21 ms CPU (16 such partitions: ~0.7 s of a fold publish's ~1.5 s
+extra; reusing the carried rows' hashes would save about half of ``after``, not done).
+
 A lookup binary-searches each run for the batch's hashes (``searchsorted``: O(batch x log
 rows)), keeps the candidates that are live, and compares their key columns with the batch's
 key exactly, so a hash collision can never select a wrong row. The published rows a reader
