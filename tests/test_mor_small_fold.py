@@ -6,7 +6,7 @@ Now it rewrites only the files that are not larger than all smaller ones and its
 together (``Part.large_files``: the small files earlier publishes appended, and an earlier fold's
 file once they outgrow it) with its new rows as one file, and replaces all the partition's
 delete files by ONE naming every dead position of the files kept. Driven through
-``Workspace.publish`` and the CLI; after every publish the table is read back by DuckDB and
+``Workspace.publish`` and the CLI (a crash, then ``lakepub compact``); after every publish the table is read back by DuckDB and
 pyiceberg (and DataFusion at some steps) and compared with the oracle and a copy-on-write table
 of the same entity, ``verify --deep`` passes, no partition holds more than ``MAX_DELETE_FILES``
 delete files, and the large file of the first publish is never rewritten.
@@ -65,6 +65,13 @@ def test_ten_and_more_publishes_into_one_partition_fold_its_small_files_and_keep
         before = after
     assert folds == 2, folds  # after publishes 9 and 17 (the second keeps the first one's file: larger)
     _check(Workspace.open(root), stream, "mor", "ref")
+    # ``lakepub compact`` folds what the publishes left (the base and the folds' files, one delete file)
+    done = _cli(root, "compact", "mor", "--deletes-only", "--fold-threshold", "0")
+    assert done.returncode == 0, done.stderr
+    ws = Workspace.open(root)
+    assert [len(d) for d in _layout(ws, "mor")[None]] == [1, 0]
+    _publish(ws, stream, [_event(stream, c, mrr=99) for c in (1, 2, 3)])
+    _check(ws, stream, "mor", "ref")
 
 
 def test_random_streams_fold_small_files_per_partition_and_equal_the_oracle(tmp_path: Path, monkeypatch):
