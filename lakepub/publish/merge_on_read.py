@@ -33,9 +33,10 @@ every 9th publish: a fold costs the ~8c rows of the small files (and of earlier 
 while they are smaller than the rest: each row rewritten O(log rows) times before it sits in a
 kept file) and the kept files' dead positions (at most tS / (1 - t)), not S. Before the fold (a
 whole rewrite, ~S / 9 rows per publish) the mean publish into 10M rows was 1.78-1.79x CPU the
-1M one over 10 publishes, 1.60x over 30; with it 1.09-1.13x and 1.26x (the 30 include the
-fraction rule's whole rewrite; medians 1.07-1.18x either way; the fold 2.7-3.4 s CPU instead of
-12.5-15.0 s; loaded 3-12; ``scripts/bench/merge_on_read.py --scale``, README "Benchmarks").
+1M one over 10 publishes, 1.58-1.60x over 30; with it 1.09-1.13x and 1.26-1.30x (the 30
+include the fraction rule's whole rewrite, ~11 s CPU, and a third fold carrying the first two
+folds' files, ~5.8 s; medians 1.07-1.18x either way; a fold 2.7-3.4 s CPU instead of 9.8-15.0
+s; loaded 3-12; ``scripts/bench/merge_on_read.py --scale``, README "Benchmarks").
 What a read of the table costs between folds, per threshold: ``scripts/bench/mor_fold.py``.
 
 The invariant of a fold: the files kept are not touched; a row of a dropped file is in the new
