@@ -16,8 +16,8 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench"
 BENCHMARKS = ["throughput", "wide", "history", "overhead", "reads", "janitor", "memory", "startup",
-              "derive", "lifecycle", "evolution", "merge_on_read", "mor_fold", "object_store", "superseded", "logs",
-              "dual_write"]
+              "derive", "lifecycle", "evolution", "merge_on_read", "mor_fold", "mor_scan_cost", "object_store", "superseded",
+              "logs", "dual_write"]
 NOT_RUN = {"compare_runs": "needs a second checkout (--before DIR)",
            "merge_on_read_wide": "a part of merge_on_read.py (its --wide mode), not a script of its own"}
 

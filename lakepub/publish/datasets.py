@@ -257,12 +257,10 @@ class DatasetWriter:
             written = [f.result() for f in files]
             new_data = [f for f in written if not is_delete(f)]
             new_deletes = [f for f in written if is_delete(f)]
-            if rewrite.delta is not None:  # partitions rewritten whole (``bounded``) drop their files
-                whole = rewrite.delta.whole
-                stage_row_delta(tx, table, add_data=new_data, add_deletes=new_deletes,
-                                remove_data=state.files_of(whole),
-                                remove_deletes=[f for v in whole for f in state.deletes.get(v, [])],
-                                snapshot_properties=props)
+            if rewrite.delta is not None:  # partitions rewritten whole or folded (``bounded``) drop files
+                remove_data, remove_deletes = merge_on_read.dropped_files(state, rewrite.delta)
+                stage_row_delta(tx, table, add_data=new_data, add_deletes=new_deletes, remove_data=remove_data,
+                                remove_deletes=remove_deletes, snapshot_properties=props)
             else:  # whole partitions replaced on a table with delete files: theirs go with them
                 stage_row_delta(tx, table, add_data=new_data, remove_data=state.files_of(rewrite.values),
                                 remove_deletes=[f for v in rewrite.values for f in state.deletes.get(v, [])],

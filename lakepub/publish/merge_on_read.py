@@ -14,19 +14,35 @@ and commits them with the ledger and every sibling dataset in the same atomic co
 Bounded reads (``bounded``). A publish that deletes rows of a partition rewrites that partition
 whole instead (its live rows as one new file, its data and delete files dropped, in the same
 commit) when afterwards more than ``fold_threshold`` (the dataset's; ``FOLD_THRESHOLD`` = 0.2 by
-default) of its stored rows would be deleted ones, or it already holds ``MAX_DELETE_FILES`` delete
-files. So after every publish a partition stores at most live / (1 - t) rows (1.25x at 0.2; a
-table written before the rule or under a higher threshold, from its next publish deleting from
-that partition) and applies at most 8 delete files; its data files grow by one per publish adding
-rows to it, until such a rewrite or ``lakepub compact``. The cost, for a partition of S live
-rows whose publishes each replace c of its rows (and add c): after k publishes kc of its S + kc
-stored rows are deleted, so the fraction rule rewrites it every K = floor(tS / ((1 - t)c)) + 1
-publishes at a cost of ~S rows, ~(1 - t)c / t rows per publish (4c at 0.2), whatever S is. The
-count rule caps K at 9: past S > 9(1 - t)c / t (36c at 0.2: a 10M-row table of 16 buckets under
-100k-change publishes is 100c) it rewrites every 9th publish, ~S / 9 rows per publish, which does
-grow with the table: the mean publish cost is then not size-independent, only the median is
-(``scripts/bench/merge_on_read.py --scale``, README "Merge-on-read"). What a read of the table costs
-between folds, per threshold: ``scripts/bench/mor_fold.py``.
+default) of its stored rows would be deleted ones. One that deletes rows of a partition already
+holding ``MAX_DELETE_FILES`` delete files *folds its small files* (``_fold_small``): the data
+files not larger than all smaller ones and the new rows together (``Part.large_files``: the files
+earlier publishes appended, and an earlier fold's file once they outgrow it) are rewritten with
+the new rows as one file, and ONE delete file naming every dead position of the files kept
+replaces all the partition's delete files (no file kept, or files that are not the ones located:
+rewritten whole). So after every publish a partition stores at most live / (1 - t) rows (1.25x
+at 0.2; a table written before the rule or under a higher threshold, from its next publish
+deleting from that partition) and applies at most 8 delete files; its data files grow by one per
+publish adding rows to it, until a rewrite, a fold or ``lakepub compact`` (a fold leaves one per
+size tier: O(log rows)). The cost, for a partition of S live rows whose publishes each replace c
+of its rows (and add c): after k publishes kc of its S + kc stored rows are deleted, so the
+fraction rule rewrites it every K = floor(tS / ((1 - t)c)) + 1 publishes at a cost of ~S rows,
+~(1 - t)c / t rows per publish (4c at 0.2), whatever S is. Past S > 9(1 - t)c / t (36c at 0.2:
+a 10M-row table of 16 buckets under 100k-change publishes is 100c) the count rule comes first,
+every 9th publish: a fold costs the ~8c rows of the small files (and of earlier folds' files
+while they are smaller than the rest: each row rewritten O(log rows) times before it sits in a
+kept file) and the kept files' dead positions (at most tS / (1 - t)), not S. Before the fold (a
+whole rewrite, ~S / 9 rows per publish) the mean publish into 10M rows was 1.78-1.79x CPU the
+1M one over 10 publishes, 1.58-1.60x over 30; with it 1.09-1.13x and 1.26-1.30x (the 30
+include the fraction rule's whole rewrite, ~11 s CPU, and a third fold carrying the first two
+folds' files, ~5.8 s; medians 1.07-1.18x either way; a fold 2.7-3.4 s CPU instead of 9.8-15.0
+s; loaded 3-12; ``scripts/bench/merge_on_read.py --scale``, README "Benchmarks").
+What a read of the table costs between folds, per threshold: ``scripts/bench/mor_fold.py``.
+
+The invariant of a fold: the files kept are not touched; a row of a dropped file is in the new
+file exactly when it is live after the publish; the new delete file names exactly the dead rows
+of the files kept (those the old delete files named and those the publish replaces)
+(``tests/test_mor_small_fold.py``).
 
 Where each live row sits is kept in the publisher's ``PublishedState.located``: per partition a
 ``publish/mor_index.Part`` (its data files' rows appended file after file, a live flag per row,
@@ -59,7 +75,7 @@ folded), a live flag, 16 bytes per index entry; a ``LiveRows`` partition once ma
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -79,8 +95,9 @@ WRITE_MODES = ("copy-on-write", "merge-on-read")
 # A publish that would leave more than this share of a partition's stored rows deleted rewrites the
 # partition whole instead (a dataset's ``fold_threshold``; module docstring "Bounded reads").
 FOLD_THRESHOLD = 0.2
-# A partition holding this many delete files is rewritten whole by the next publish that deletes
-# rows of it (one that only adds rows adds a data file; README "Merge-on-read": DuckDB's scan time grows with the live delete files and data files).
+# A partition holding this many delete files has its small files folded by the next publish that
+# deletes rows of it, leaving one delete file (one that only adds rows adds a data file; README
+# "Merge-on-read": DuckDB's scan time grows with the live delete files and data files).
 MAX_DELETE_FILES = 8
 
 
@@ -92,6 +109,10 @@ class Delta:
     deleted: dict[Any, pa.Table]  # partition value -> (file_path, pos) of the replaced rows
     removed: dict[Any, np.ndarray]  # partition value -> the replaced rows' ids in its ``Part`` (sorted)
     whole: frozenset[Any] = frozenset()  # partitions rewritten whole instead (``bounded``)
+    # partitions whose small files were folded instead (``bounded``): value -> the data files (paths)
+    # rewritten into its ``added`` rows; ``deleted`` then holds every dead position of its other files,
+    # one delete file replacing all of its delete files
+    folded: Mapping[Any, frozenset[str]] = field(default_factory=dict)
 
 
 def load_located(table: Table, tasks: list[FileScanTask], schema: pa.Schema, partition: PartitionBy,
@@ -153,17 +174,44 @@ def bounded(state: PublishedState, change: Delta, rows: Mapping[Any, pa.Table],
             threshold: float | None = None) -> Delta:
     """``change`` with every partition it deletes rows of rewritten whole (its merged ``rows`` as
     one new file; its data and delete files dropped) when, after ``change``, more than
-    ``threshold`` (``FOLD_THRESHOLD`` by default) of its stored rows would be deleted ones, or it
-    already holds ``MAX_DELETE_FILES`` delete files (module docstring: "Bounded reads")."""
+    ``threshold`` (``FOLD_THRESHOLD`` by default) of its stored rows would be deleted ones; and
+    with the small files of a partition already holding ``MAX_DELETE_FILES`` delete files folded
+    (``_fold_small``; module docstring: "Bounded reads")."""
     threshold = FOLD_THRESHOLD if threshold is None else threshold
     parts = state.located or {}
-    whole = frozenset(v for v in change.deleted
-                      if len(state.deletes.get(v, ())) >= MAX_DELETE_FILES
-                      or _deleted_fraction(parts.get(v), change.removed.get(v), change.added.get(v)) > threshold)
-    if not whole:
+    whole = {v for v in change.deleted
+             if _deleted_fraction(parts.get(v), change.removed.get(v), change.added.get(v)) > threshold}
+    folded = {v: _fold_small(state, parts[v], change, v) for v in change.deleted
+              if v not in whole and len(state.deletes.get(v, ())) >= MAX_DELETE_FILES}
+    whole |= {v for v, fold in folded.items() if fold is None}
+    folded = {v: fold for v, fold in folded.items() if fold is not None}
+    if not whole and not folded:
         return change
-    return Delta({**change.added, **{v: rows[v] for v in whole}},
-                 {v: t for v, t in change.deleted.items() if v not in whole}, change.removed, whole)
+    added = {**change.added, **{v: rows[v] for v in whole}, **{v: rows_ for v, (_, rows_, _) in folded.items()}}
+    deleted = {v: t for v, t in change.deleted.items() if v not in whole and v not in folded}
+    deleted.update({v: dead for v, (_, _, dead) in folded.items() if dead is not None})
+    return Delta(added, deleted, change.removed, frozenset(whole), {v: paths for v, (paths, _, _) in folded.items()})
+
+
+def _fold_small(state: PublishedState, part: Part, change: Delta, value: Any
+                ) -> tuple[frozenset[str], pa.Table, pa.Table | None] | None:
+    """A partition's delete files folded without rewriting its large files: the data files of
+    ``part`` that are not larger than all its smaller files and the new rows together (the small
+    files earlier publishes appended, and what an earlier fold made of them) rewritten with the new
+    rows as one file, and ONE delete file naming every dead position of the files kept. Returns
+    (the paths rewritten, the new file's rows, the delete file's (file_path, pos) or None), or None
+    to rewrite the partition whole (no file is kept, or the partition's files are not the ones
+    located: never copy a row into a new file while its old file might stay)."""
+    added = change.added.get(value)
+    kept = part.large_files(added.num_rows if added is not None else 0)
+    if not kept or set(part.paths) != {f.file_path for f in state.files.get(value, ())}:
+        return None
+    dropped = frozenset(p for p in part.paths if p not in kept)
+    live = part.live_after(change.removed.get(value))
+    carried = part.take(part.ids_in(dropped, live)).select(state.schema.names).cast(state.schema)
+    rows = pa.concat_tables([carried, added]) if added is not None else carried
+    dead = part.ids_in(kept, ~live)
+    return dropped, rows, part.locations(dead) if len(dead) else None
 
 
 def _deleted_fraction(part: Part | None, removed: np.ndarray | None, added: pa.Table | None) -> float:
@@ -189,6 +237,14 @@ def removed_rows(state: PublishedState, change: Delta) -> dict[Any, pa.Table]:
     return {v: parts[v].take(ids) for v, ids in change.removed.items() if v in parts}
 
 
+def dropped_files(state: PublishedState, change: Delta) -> tuple[list[DataFile], list[DataFile]]:
+    """The data and delete files a commit of ``change`` removes: all of a partition rewritten
+    whole, the small data files and all delete files of a partition folded (``bounded``)."""
+    data = state.files_of(change.whole)
+    data += [f for v, paths in change.folded.items() for f in state.files.get(v, ()) if f.file_path in paths]
+    return data, [f for v in (*change.whole, *change.folded) for f in state.deletes.get(v, ())]
+
+
 def after_commit(state: PublishedState, snapshot_id: int, values: frozenset[Any], rows: Mapping[Any, pa.Table],
                  key: tuple[str, ...], new_files: list[DataFile], new_deletes: list[DataFile],
                  change: Delta | None, replaced: bool) -> PublishedState:
@@ -206,6 +262,11 @@ def after_commit(state: PublishedState, snapshot_id: int, values: frozenset[Any]
             deletes.pop(value, None)
             written = rows.get(value)
             part = Part.of(written, path, key) if written is not None and written.num_rows and path else None
+        elif change is not None and value in change.folded:
+            dropped = change.folded[value]
+            files[value] = [f for f in files.get(value, []) if f.file_path not in dropped]
+            deletes.pop(value, None)
+            part = parts[value].without(dropped, change.removed.get(value)).after(None, change.added.get(value), path)
         else:
             old = parts.get(value)
             added = change.added.get(value) if change is not None else None

@@ -16,6 +16,14 @@ partition is kept here as a ``Part`` that a publish only ever *appends to*:
   newest runs are merged (dropping dead rows) once the older is less than twice the newer, so a
   partition holds O(log(rows / batch)) runs.
 
+A fold of a partition's small files (``merge_on_read.bounded``, at 8 delete files) is the one
+step that removes rows: ``without`` drops the folded files' rows and renumbers the kept files'
+ids and index entries (numpy over the index: no rehash of the kept rows), then ``after`` appends
+the fold's new file (hashing its rows, the carried ones again); ``large_files`` picks the files a
+fold keeps. Measured for a 625k-row partition folding 8 appended 6k-row files (46k rows carried):
+``without`` 20-28 ms, ``after`` 21 ms CPU (16 such partitions: ~0.7 s of a fold publish's ~1.5 s
+extra; reusing the carried rows' hashes would save about half of ``after``, not done).
+
 A lookup binary-searches each run for the batch's hashes (``searchsorted``: O(batch x log
 rows)), keeps the candidates that are live, and compares their key columns with the batch's
 key exactly, so a hash collision can never select a wrong row. The published rows a reader
@@ -155,9 +163,38 @@ class Part:
     def live_rows_after(self, removed: np.ndarray | None) -> pa.Table:
         if removed is None or not len(removed):
             return self.live_rows()
+        return self.rows.filter(pa.array(self.live_after(removed)))
+
+    def live_after(self, removed: np.ndarray | None) -> np.ndarray:
+        """The live flags once the rows ``removed`` are deleted (a copy when they change)."""
+        if removed is None or not len(removed):
+            return self.live
         live = self.live.copy()
         live[removed] = False
-        return self.rows.filter(pa.array(live))
+        return live
+
+    # --- its files ------------------------------------------------------------------------------
+
+    def large_files(self, added: int) -> frozenset[str]:
+        """The data files (paths) each larger than all smaller ones and ``added`` new rows together:
+        what a fold of the partition's small files keeps (``merge_on_read.bounded``). Whatever is
+        rewritten is then smaller than every file kept, so a row is rewritten O(log rows) times
+        before it sits in a file that is kept (as the index runs are merged)."""
+        sizes = np.diff(self.starts)
+        rest = int(sizes.sum()) + added
+        kept = []
+        for i in np.argsort(-sizes, kind="stable"):
+            rest -= int(sizes[i])
+            if sizes[i] <= rest:
+                break
+            kept.append(self.paths[i])
+        return frozenset(kept)
+
+    def ids_in(self, paths: frozenset[str], mask: np.ndarray) -> np.ndarray:
+        """The ids (sorted) of the rows of the data files ``paths`` whose flag in ``mask`` is set."""
+        found = [self.starts[i] + np.flatnonzero(mask[self.starts[i]:self.starts[i + 1]])
+                 for i, path in enumerate(self.paths) if path in paths]
+        return np.concatenate(found).astype(np.int64) if found else np.empty(0, np.int64)
 
     # --- after a commit -------------------------------------------------------------------------
 
@@ -181,6 +218,29 @@ class Part:
                 alive = live[ids]
                 runs.append(_run(k1[alive], ids[alive]))  # timsort: two sorted runs merge in ~linear time
         return Part(rows, live, paths, starts, tuple(runs), self.key)
+
+    def without(self, dropped: frozenset[str], removed: np.ndarray | None) -> "Part":
+        """The partition after a commit that deleted the rows ``removed`` and removed the data
+        files ``dropped`` (their live rows rewritten elsewhere: ``after`` appends that file). The
+        files kept keep their rows, positions and index entries (renumbered: O(index) numpy)."""
+        live = self.live_after(removed)
+        keep = [i for i, path in enumerate(self.paths) if path not in dropped]
+        if len(keep) == len(self.paths):
+            return Part(self.rows, live, self.paths, self.starts, self.runs, self.key)
+        sizes = np.diff(self.starts)[keep]
+        starts = np.cumsum(np.concatenate([[0], sizes]), dtype=np.int64)
+        renumbered = np.full(len(live), -1, dtype=np.int64)
+        for i, start, size in zip(keep, starts, sizes):
+            renumbered[self.starts[i]:self.starts[i + 1]] = np.arange(start, start + size, dtype=np.int64)
+        rows = pa.concat_tables([self.rows.slice(int(self.starts[i]), int(self.starts[i + 1] - self.starts[i]))
+                                 for i in keep]) if keep else self.rows.schema.empty_table()
+        runs = []
+        for k1, ids in self.runs:
+            ok = (renumbered[ids] >= 0) & live[ids]
+            if ok.any():
+                runs.append((k1[ok], renumbered[ids[ok]]))
+        new_live = np.concatenate([live[self.starts[i]:self.starts[i + 1]] for i in keep]) if keep else live[:0]
+        return Part(rows, new_live, tuple(self.paths[i] for i in keep), starts, tuple(runs), self.key)
 
 
 def _tiered(rows: pa.Table) -> pa.Table:

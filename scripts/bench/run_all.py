@@ -27,8 +27,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = ["throughput", "wide", "history", "overhead", "reads", "janitor", "memory", "startup"]
-FEATURE_BENCHMARKS = ["derive", "lifecycle", "evolution", "merge_on_read", "mor_fold", "object_store", "superseded",
-                      "logs", "dual_write"]
+FEATURE_BENCHMARKS = ["derive", "lifecycle", "evolution", "merge_on_read", "mor_fold", "mor_scan_cost", "object_store",
+                      "superseded", "logs", "dual_write"]
 FULL_ARGS = {"merge_on_read": ["--skip-upsert"]}  # the README's 1M figures; the upsert would take hours
 
 
