@@ -79,7 +79,7 @@ from pyiceberg.io import PY_IO_IMPL
 from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT
 
-from lakepub.store.cache import CACHE_FOLDER, CACHE_LIMIT_MB, DEFAULT_LIMIT_MB, PART_PREFIX, FileCache, parquet_file
+from lakepub.store.cache import CACHE_FOLDER, CACHE_LIMIT_MB, CHUNK, DEFAULT_LIMIT_MB, PART_PREFIX, FileCache, parquet_file
 from lakepub.store import s3_warm, single_put
 from lakepub.store.remembered import Remembered
 from lakepub.store.uploads import (  # noqa: F401 - UploadFailed, uploads_done: re-exported
@@ -142,32 +142,52 @@ REMEMBERED = Remembered()
 
 
 class _Tee:
-    """An output stream that keeps a copy of what it wrote, remembered once closed without error.
+    """An output stream for a write-once metadata file (``*.metadata.json``, ``*.avro``): the
+    bytes are kept as written, and pyarrow's S3 stream is opened only to upload them at close;
+    the file is remembered once closed without error.
+
+    pyarrow's S3 output stream buffers a file below its part size into a part buffer of that
+    size (10 MiB, zero-filled up to its capacity when it closes) from the first write until the
+    upload ends. Written into as the file was encoded, as it was, every file of a publish held
+    one while it was encoded, queued for an upload thread and uploaded: ~20 at once, ~200 MiB of
+    fresh memory for a new process to fault in (a warm one reuses its own), which on this
+    benchmark's VM was half of the CPU of a new process's publish (``perf``: the kernel zeroing
+    huge pages under ``ObjectOutputStream``; README "Where a new process's extra time goes").
+    Opened at upload time, a stream lives for the request only: at most one per upload thread,
+    and its buffer is reused by the next upload. ``stream`` is the stream or a function that
+    opens it. A file whose writing fails is never uploaded (the stream was not opened).
 
     A manifest or manifest list (``*.avro``) is remembered at close and uploaded in the
     background; a metadata file (``*.metadata.json``) is uploaded at close and its close then
     waits for every background upload (``uploads_done``)."""
 
     def __init__(self, stream: Any, location: str, disk: FileCache | None = None, background: bool = False):
-        self._stream, self._location, self._parts = stream, location, []  # type: ignore[var-annotated]
+        self._open = stream if callable(stream) else (lambda: stream)
+        self._location, self._parts, self._size, self._closed = location, [], 0, False  # type: ignore[var-annotated]
         self._small_disk, self._background = disk, background
 
     def write(self, data: Any) -> int:
-        self._parts.append(bytes(data))
-        return self._stream.write(data)
+        data = bytes(data)
+        self._parts.append(data)
+        self._size += len(data)
+        return len(data)
 
     def tell(self) -> int:
-        return self._stream.tell()
+        return self._size
 
     def flush(self) -> None:
-        self._stream.flush()
+        pass
 
     @property
     def closed(self) -> bool:
-        return self._stream.closed
+        return self._closed
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         data = b"".join(self._parts)
+        self._parts = []
         if self._background and self._location.endswith(".avro") and REMEMBERED.put(self._location, data):
             # served from memory to this process from now on; the upload finishes in the background
             background_upload(self._location, lambda: self._upload(data))
@@ -179,7 +199,7 @@ class _Tee:
                 uploads_done()  # a catalog may point at this file once it is written: all it names must be up
 
     def _upload(self, data: bytes) -> None:
-        self._stream.close()  # uploads
+        _send(self._open(), [data])
         if self._small_disk is not None:
             self._small_disk.store(self._location, data)
 
@@ -189,42 +209,76 @@ class _Tee:
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         if exc_type is None:
             self.close()
-        else:
-            self._stream.close()
+        else:  # a file written only in part: nothing goes up
+            self._closed, self._parts = True, []
+
+
+def _send(stream: Any, chunks: Any) -> None:
+    """Write ``chunks`` into a just-opened S3 output stream and close it (the upload), at most
+    ``_SENDING`` at once."""
+    with _sending():
+        for chunk in chunks:
+            stream.write(chunk)
+        stream.close()
+
+
+# pyarrow's S3 requests run on Arrow's IO thread pool (``pa.io_thread_count()``, 8 by default):
+# a ninth upload thread holding a part buffer (see ``_Tee``) only waited there for a free IO
+# thread, 10 MiB in hand (the latency server never saw more than 8 requests at once from the 16
+# upload threads). Uploads through ``_send`` are bounded by the IO pool's size as first used.
+_SENDING: list[threading.BoundedSemaphore] = []
+_SENDING_LOCK = threading.Lock()
+
+
+def _sending() -> threading.BoundedSemaphore:
+    if not _SENDING:
+        with _SENDING_LOCK:
+            if not _SENDING:
+                _SENDING.append(threading.BoundedSemaphore(max(1, pa.io_thread_count())))
+    return _SENDING[0]
 
 
 class _DiskTee(_Tee):
-    """An output stream that also writes a local copy into the disk cache, moved under its final
-    name only once the upload has completed (the next process then reads it from disk; a copy
-    the cache folder cannot keep, full or cleared, is dropped: it is not a failed upload). With
-    ``background``, its close returns once the file is complete locally and the upload finishes in
-    the background, like a manifest's (the next metadata file's close waits for it)."""
+    """An output stream writing a local copy into the disk cache, uploaded from that copy at close
+    (pyarrow's S3 stream opened only then: see ``_Tee``) and moved under its final name only once
+    the upload has completed (the next process then reads it from disk; a copy the cache folder
+    cannot keep, full or cleared, is dropped: it is not a failed upload). With ``background``,
+    its close returns once the file is complete locally and the upload finishes in the
+    background, like a manifest's (the next metadata file's close waits for it). The copy is
+    read back through the file object that wrote it: a cache folder cleared meanwhile does not
+    take the bytes being uploaded with it."""
 
     def __init__(self, stream: Any, location: str, disk: FileCache, background: bool = False):
         super().__init__(stream, location, background=background)
         self._disk, self._final = disk, disk.path(location)
         self._final.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = self._final.with_name(f"{PART_PREFIX}{uuid.uuid4().hex}-{self._final.name}")
-        self._copy = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()/__exit__
+        self._copy = open(self._tmp, "w+b")  # noqa: SIM115 - closed in _finish()/__exit__
 
     def write(self, data: Any) -> int:
-        self._copy.write(data)
-        return self._stream.write(data)
+        return self._copy.write(data)
+
+    def tell(self) -> int:
+        return self._copy.tell()
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         if self._background:
             background_upload(self._location, self._finish)
         else:
             self._finish()
 
     def _finish(self) -> None:
+        size = self._copy.tell()  # not a stat of the final copy: another process may evict it at once
         try:
-            self._stream.close()  # the upload: only its failure is the file's (``uploads_done``)
+            self._copy.seek(0)  # the upload: only its failure is the file's (``uploads_done``)
+            _send(self._open(), iter(lambda: self._copy.read(CHUNK), b""))
         except BaseException:
             self._discard()
             raise
         try:
-            size = self._copy.tell()  # not a stat of the final copy: another process may evict it at once
             self._copy.close()
             os.replace(self._tmp, self._final)
         except OSError:  # a full or cleared cache folder only costs a download next time
@@ -245,10 +299,9 @@ class _DiskTee(_Tee):
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         if exc_type is None:
             self.close()
-        else:
-            self._stream.close()
-            self._copy.close()
-            self._tmp.unlink(missing_ok=True)
+        else:  # a file written only in part: nothing goes up, no copy is left
+            self._closed = True
+            self._discard()
 
 
 class _S3File(PyArrowFile):
@@ -260,13 +313,15 @@ class _S3File(PyArrowFile):
     background = False  # manifests upload in the background (``BACKGROUND_UPLOADS``)
 
     def create(self, overwrite: bool = False) -> Any:  # noqa: ARG002 - names are unique; see above
-        stream = super().create(overwrite=True)
+        def stream() -> Any:  # opened when the upload starts (``_Tee``)
+            return PyArrowFile.create(self, overwrite=True)
+
         if self.disk is not None and self.location.endswith(".parquet"):
             try:
                 return _DiskTee(stream, self.location, self.disk, self.background)
             except OSError:  # a cache folder that cannot be written: upload only
-                return stream
-        return _Tee(stream, self.location, self.disk, self.background) if immutable(self.location) else stream
+                return stream()
+        return _Tee(stream, self.location, self.disk, self.background) if immutable(self.location) else stream()
 
     def open(self, seekable: bool = True) -> Any:
         if self.disk is not None and self.location.endswith(".parquet"):
