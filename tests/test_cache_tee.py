@@ -11,7 +11,7 @@ import io
 import os
 from pathlib import Path
 
-from lakepub.store import s3
+from lakepub.store import s3, s3_streams
 from lakepub.store.cache import FileCache
 
 
@@ -29,7 +29,7 @@ def test_a_copy_evicted_right_after_the_upload_does_not_fail_it(tmp_path: Path, 
         real_replace(src, dst)
         os.unlink(dst)
 
-    monkeypatch.setattr(s3.os, "replace", replace_then_evicted)
+    monkeypatch.setattr(s3_streams.os, "replace", replace_then_evicted)
     upload = _Upload()
     tee = s3._DiskTee(upload, location, cache)
     tee.write(b"PAR1" + b"x" * 100 + b"PAR1")

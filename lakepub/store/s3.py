@@ -36,8 +36,9 @@ LIST). At 20-50 ms per request that was ~70 requests in sequence per publish (me
   everything a committed snapshot names is in the store. The atomic commit
   (``store/commit.py``) writes its metadata files inside ``metadata_before_uploads`` instead and
   calls ``uploads_done`` itself right before its pointer swap, so a publish's data files, runs,
-  manifests and metadata files go up together (16 at a time: 48 cost more CPU and were slower
-  on moto, measured). An upload that fails (after pyarrow's own retries) fails every later
+  manifests and metadata files go up together (from 16 upload threads, 8 requests at a time:
+  pyarrow sends them on Arrow's IO threads; 48 threads cost more CPU and were slower on moto,
+  measured; pyarrow's stream is opened for the upload only, ``store/s3_streams.py``). An upload that fails (after pyarrow's own retries) fails every later
   metadata file of the process (``uploads_done``, ``store/uploads.py``: it cannot tell which
   commit would name the missing file): nothing more is committed by it, and a new process
   (``run --follow``'s supervisor restarts it) starts clean. Only on catalogs whose client writes the metadata file
@@ -66,10 +67,8 @@ current. The workspace uses it when the warehouse is on S3 and ``py-io-impl`` is
 
 from __future__ import annotations
 
-import os
 import re
 import threading
-import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -79,11 +78,11 @@ from pyiceberg.io import PY_IO_IMPL
 from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT
 
-from lakepub.store.cache import CACHE_FOLDER, CACHE_LIMIT_MB, CHUNK, DEFAULT_LIMIT_MB, PART_PREFIX, FileCache, parquet_file
+from lakepub.store.cache import CACHE_FOLDER, CACHE_LIMIT_MB, DEFAULT_LIMIT_MB, FileCache, parquet_file
 from lakepub.store import s3_warm, single_put
-from lakepub.store.remembered import Remembered
+from lakepub.store.s3_streams import REMEMBERED, _DiskTee, _Tee  # noqa: F401 - _DiskTee, _Tee: for tests
 from lakepub.store.uploads import (  # noqa: F401 - UploadFailed, uploads_done: re-exported
-    _SWAP_WAITS, _UPLOADS, UploadFailed, _wait_upload, background_upload, metadata_before_uploads, uploads_done,
+    _UPLOADS, UploadFailed, _wait_upload, background_upload, metadata_before_uploads, uploads_done,
 )
 
 IO_IMPL = "lakepub.store.s3.LakepubFileIO"
@@ -136,172 +135,6 @@ def _catalog_type(properties: Mapping[str, str]) -> str | None:
 def immutable(location: str) -> bool:
     """Whether a location is one of Iceberg's write-once metadata files (named with a UUID)."""
     return location.endswith((".metadata.json", ".avro"))
-
-
-REMEMBERED = Remembered()
-
-
-class _Tee:
-    """An output stream for a write-once metadata file (``*.metadata.json``, ``*.avro``): the
-    bytes are kept as written, and pyarrow's S3 stream is opened only to upload them at close;
-    the file is remembered once closed without error.
-
-    pyarrow's S3 output stream buffers a file below its part size into a part buffer of that
-    size (10 MiB, zero-filled up to its capacity when it closes) from the first write until the
-    upload ends. Written into as the file was encoded, as it was, every file of a publish held
-    one while it was encoded, queued for an upload thread and uploaded: ~20 at once, ~200 MiB of
-    fresh memory for a new process to fault in (a warm one reuses its own), which on this
-    benchmark's VM was half of the CPU of a new process's publish (``perf``: the kernel zeroing
-    huge pages under ``ObjectOutputStream``; README "Where a new process's extra time goes").
-    Opened at upload time, a stream lives for the request only: at most one per upload thread,
-    and its buffer is reused by the next upload. ``stream`` is the stream or a function that
-    opens it. A file whose writing fails is never uploaded (the stream was not opened).
-
-    A manifest or manifest list (``*.avro``) is remembered at close and uploaded in the
-    background; a metadata file (``*.metadata.json``) is uploaded at close and its close then
-    waits for every background upload (``uploads_done``)."""
-
-    def __init__(self, stream: Any, location: str, disk: FileCache | None = None, background: bool = False):
-        self._open = stream if callable(stream) else (lambda: stream)
-        self._location, self._parts, self._size, self._closed = location, [], 0, False  # type: ignore[var-annotated]
-        self._small_disk, self._background = disk, background
-
-    def write(self, data: Any) -> int:
-        data = bytes(data)
-        self._parts.append(data)
-        self._size += len(data)
-        return len(data)
-
-    def tell(self) -> int:
-        return self._size
-
-    def flush(self) -> None:
-        pass
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        data = b"".join(self._parts)
-        self._parts = []
-        if self._background and self._location.endswith(".avro") and REMEMBERED.put(self._location, data):
-            # served from memory to this process from now on; the upload finishes in the background
-            background_upload(self._location, lambda: self._upload(data))
-            return
-        self._upload(data)  # raises if the upload failed: nothing is remembered
-        REMEMBERED.put(self._location, data)
-        if self._location.endswith(".metadata.json"):
-            if not getattr(_SWAP_WAITS, "on", False):
-                uploads_done()  # a catalog may point at this file once it is written: all it names must be up
-
-    def _upload(self, data: bytes) -> None:
-        _send(self._open(), [data])
-        if self._small_disk is not None:
-            self._small_disk.store(self._location, data)
-
-    def __enter__(self) -> "_Tee":
-        return self
-
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
-        if exc_type is None:
-            self.close()
-        else:  # a file written only in part: nothing goes up
-            self._closed, self._parts = True, []
-
-
-def _send(stream: Any, chunks: Any) -> None:
-    """Write ``chunks`` into a just-opened S3 output stream and close it (the upload), at most
-    ``_SENDING`` at once."""
-    with _sending():
-        for chunk in chunks:
-            stream.write(chunk)
-        stream.close()
-
-
-# pyarrow's S3 requests run on Arrow's IO thread pool (``pa.io_thread_count()``, 8 by default):
-# a ninth upload thread holding a part buffer (see ``_Tee``) only waited there for a free IO
-# thread, 10 MiB in hand (the latency server never saw more than 8 requests at once from the 16
-# upload threads). Uploads through ``_send`` are bounded by the IO pool's size as first used.
-_SENDING: list[threading.BoundedSemaphore] = []
-_SENDING_LOCK = threading.Lock()
-
-
-def _sending() -> threading.BoundedSemaphore:
-    if not _SENDING:
-        with _SENDING_LOCK:
-            if not _SENDING:
-                _SENDING.append(threading.BoundedSemaphore(max(1, pa.io_thread_count())))
-    return _SENDING[0]
-
-
-class _DiskTee(_Tee):
-    """An output stream writing a local copy into the disk cache, uploaded from that copy at close
-    (pyarrow's S3 stream opened only then: see ``_Tee``) and moved under its final name only once
-    the upload has completed (the next process then reads it from disk; a copy the cache folder
-    cannot keep, full or cleared, is dropped: it is not a failed upload). With ``background``,
-    its close returns once the file is complete locally and the upload finishes in the
-    background, like a manifest's (the next metadata file's close waits for it). The copy is
-    read back through the file object that wrote it: a cache folder cleared meanwhile does not
-    take the bytes being uploaded with it."""
-
-    def __init__(self, stream: Any, location: str, disk: FileCache, background: bool = False):
-        super().__init__(stream, location, background=background)
-        self._disk, self._final = disk, disk.path(location)
-        self._final.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self._final.with_name(f"{PART_PREFIX}{uuid.uuid4().hex}-{self._final.name}")
-        self._copy = open(self._tmp, "w+b")  # noqa: SIM115 - closed in _finish()/__exit__
-
-    def write(self, data: Any) -> int:
-        return self._copy.write(data)
-
-    def tell(self) -> int:
-        return self._copy.tell()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._background:
-            background_upload(self._location, self._finish)
-        else:
-            self._finish()
-
-    def _finish(self) -> None:
-        size = self._copy.tell()  # not a stat of the final copy: another process may evict it at once
-        try:
-            self._copy.seek(0)  # the upload: only its failure is the file's (``uploads_done``)
-            _send(self._open(), iter(lambda: self._copy.read(CHUNK), b""))
-        except BaseException:
-            self._discard()
-            raise
-        try:
-            self._copy.close()
-            os.replace(self._tmp, self._final)
-        except OSError:  # a full or cleared cache folder only costs a download next time
-            self._discard()
-            return
-        try:
-            self._disk.added(size, keep={self._final})
-        except OSError:  # an eviction that failed: the file is up and kept
-            pass
-
-    def _discard(self) -> None:
-        try:
-            self._copy.close()
-        except OSError:
-            pass
-        self._tmp.unlink(missing_ok=True)
-
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
-        if exc_type is None:
-            self.close()
-        else:  # a file written only in part: nothing goes up, no copy is left
-            self._closed = True
-            self._discard()
 
 
 class _S3File(PyArrowFile):

@@ -18,7 +18,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
