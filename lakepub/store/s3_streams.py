@@ -10,8 +10,8 @@ A warm process reuses that memory; a new one faults it in fresh, and on the benc
 (``perf record`` of a new process's publish, 1M orders, S3 +30 ms) ~45% of the new process's
 publish CPU was the kernel zeroing huge pages, two thirds of it under ``ObjectOutputStream``.
 
-Here a file's bytes are kept (metadata files, in memory) or written to its local copy in the
-disk cache (Parquet data files), and pyarrow's stream is opened only for the upload, at close
+Here a file's bytes are kept as written (and a data file's also written to its local copy in
+the disk cache), and pyarrow's stream is opened only for the upload, at close
 (in the background for manifests and data files: ``store/uploads.py``), by at most as many
 uploads at once as Arrow has IO threads (``_send``): a stream lives for its request only and
 the next upload reuses its buffer. Arrow's pool peak in a new process's publish rewriting 33
@@ -29,7 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from lakepub.store.cache import CHUNK, PART_PREFIX, FileCache
+from lakepub.store.cache import PART_PREFIX, FileCache
 from lakepub.store.remembered import Remembered
 from lakepub.store.uploads import _SWAP_WAITS, background_upload, uploads_done
 
@@ -122,45 +122,49 @@ def _sending() -> threading.BoundedSemaphore:
 
 
 class _DiskTee(_Tee):
-    """An output stream writing a local copy into the disk cache, uploaded from that copy at close
-    (pyarrow's S3 stream opened only then: see ``_Tee``) and moved under its final name only once
-    the upload has completed (the next process then reads it from disk; a copy the cache folder
-    cannot keep, full or cleared, is dropped: it is not a failed upload). With ``background``,
-    its close returns once the file is complete locally and the upload finishes in the
-    background, like a manifest's (the next metadata file's close waits for it). The copy is
-    read back through the file object that wrote it: a cache folder cleared meanwhile does not
-    take the bytes being uploaded with it."""
+    """An output stream for a Parquet data file: its bytes are kept (as ``_Tee``'s) and written to
+    a local copy in the disk cache, uploaded at close (pyarrow's S3 stream opened only then) and
+    the copy moved under its final name only once the upload has completed (the next process then
+    reads it from disk). The upload never depends on the copy: a copy the cache folder cannot
+    write or keep, full or cleared, is dropped, and that is not a failed upload. With
+    ``background``, its close returns once the file is complete and the upload finishes in the
+    background, like a manifest's (the next metadata file's close waits for it)."""
 
     def __init__(self, stream: Any, location: str, disk: FileCache, background: bool = False):
         super().__init__(stream, location, background=background)
         self._disk, self._final = disk, disk.path(location)
         self._final.parent.mkdir(parents=True, exist_ok=True)
         self._tmp = self._final.with_name(f"{PART_PREFIX}{uuid.uuid4().hex}-{self._final.name}")
-        self._copy = open(self._tmp, "w+b")  # noqa: SIM115 - closed in _finish()/__exit__
+        self._copy: Any = open(self._tmp, "wb")  # noqa: SIM115 - closed in _finish()/_discard()
 
     def write(self, data: Any) -> int:
-        return self._copy.write(data)
-
-    def tell(self) -> int:
-        return self._copy.tell()
+        n = super().write(data)
+        if self._copy is not None:
+            try:
+                self._copy.write(self._parts[-1])
+            except OSError:  # a full cache disk: no copy, the upload goes on
+                self._discard()
+        return n
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        self._data, self._parts = b"".join(self._parts), []
         if self._background:
             background_upload(self._location, self._finish)
         else:
             self._finish()
 
     def _finish(self) -> None:
-        size = self._copy.tell()  # not a stat of the final copy: another process may evict it at once
+        data, self._data = self._data, b""
         try:
-            self._copy.seek(0)  # the upload: only its failure is the file's (``uploads_done``)
-            _send(self._open(), iter(lambda: self._copy.read(CHUNK), b""))
+            _send(self._open(), [data])  # the upload: only its failure is the file's (``uploads_done``)
         except BaseException:
             self._discard()
             raise
+        if self._copy is None:
+            return
         try:
             self._copy.close()
             os.replace(self._tmp, self._final)
@@ -168,20 +172,22 @@ class _DiskTee(_Tee):
             self._discard()
             return
         try:
-            self._disk.added(size, keep={self._final})
+            self._disk.added(len(data), keep={self._final})  # not a stat: another process may evict it at once
         except OSError:  # an eviction that failed: the file is up and kept
             pass
 
     def _discard(self) -> None:
-        try:
-            self._copy.close()
-        except OSError:
-            pass
+        copy, self._copy = self._copy, None
+        if copy is not None:
+            try:
+                copy.close()
+            except OSError:
+                pass
         self._tmp.unlink(missing_ok=True)
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         if exc_type is None:
             self.close()
         else:  # a file written only in part: nothing goes up, no copy is left
-            self._closed = True
+            self._closed, self._parts = True, []
             self._discard()
