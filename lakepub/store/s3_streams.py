@@ -15,7 +15,11 @@ the disk cache), and pyarrow's stream is opened only for the upload, at close
 (in the background for manifests and data files: ``store/uploads.py``), by at most as many
 uploads at once as Arrow has IO threads (``_send``): a stream lives for its request only and
 the next upload reuses its buffer. Arrow's pool peak in a new process's publish rewriting 33
-partitions went from 187 to 107 MiB (``tests/integration/test_s3_new_process.py``). A file
+partitions went from 187 to 107 MiB (``tests/integration/test_s3_new_process.py``), and at 10M
+orders, S3 +30 ms, a new process's publish from 4.16 to 1.87 s (CPU 1.81 to 1.15 s), 2.33x to
+1.03x of the same process's warm publishes (``scripts/bench/cold_publish_ab.py``, 6 pairs
+interleaved with main, load 8-13; README "Benchmarks", issue 16). Keeping the bytes costs a
+file's size in memory until its upload ends (a few MB for a 100k-event publish). A file
 whose writing fails (an exception inside its ``with``) is never uploaded: its stream was never
 opened (an opened one uploads what it holds when closed).
 """
