@@ -105,6 +105,29 @@ def test_jsonl_records_and_parquet_round_trip(customers: Contract, tmp_path: Pat
     assert read_events(parquet, customers).equals(table)
 
 
+def test_a_small_parquet_batch_is_decoded_on_the_calling_thread(customers: Contract, tmp_path: Path, monkeypatch):
+    """Arrow's threaded read cost a new process ~0.1-0.2 s for a 100k-event batch (its CPU pool
+    started) against ~0.02 s on one thread (issue 16): a file below ``THREADED_PARQUET_FROM`` is
+    read without threads, a larger one with them, the same table either way (file or bytes)."""
+    from lakepub.contract import validate
+
+    table = events_from_records([GOOD, {**GOOD, "customer_id": "c9", "version": 2}], customers)
+    parquet = tmp_path / "c.parquet"
+    pq.write_table(table, parquet)
+    real, seen = pq.read_table, []
+
+    def spy(source, **kwargs):
+        seen.append(kwargs.get("use_threads"))
+        return real(source, **kwargs)
+
+    monkeypatch.setattr(validate.pq, "read_table", spy)
+    assert read_events(parquet, customers).equals(table)
+    assert validate.events_from_bytes(parquet.read_bytes(), customers, "<bytes>").equals(table)
+    monkeypatch.setattr(validate, "THREADED_PARQUET_FROM", 1)  # as if the file were large
+    assert read_events(parquet, customers).equals(table)
+    assert seen == [False, False, True]
+
+
 def test_parquet_lossless_conversions(customers: Contract, tmp_path: Path):
     expected = events_from_records([GOOD], customers)
     paris = pa.array([dt.datetime(2025, 2, 1, 8, 0, 0, 500000, tzinfo=UTC)], pa.timestamp("ns", "UTC"))

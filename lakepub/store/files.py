@@ -34,7 +34,8 @@ from lakepub.store.footer_stats import FooterStatistics
 
 _POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="lakepub-write")
 # Files for an object store: a request costs 20-50 ms of waiting, not CPU, so a publish's 30-40
-# small partition files go up 16 at a time (store/s3.py: one PUT each).
+# small partition files are encoded 16 at a time and go up 8 requests at a time (Arrow's IO threads;
+# store/s3_streams.py: one PUT each).
 _REMOTE_POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="lakepub-upload")
 
 

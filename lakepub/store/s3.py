@@ -36,8 +36,9 @@ LIST). At 20-50 ms per request that was ~70 requests in sequence per publish (me
   everything a committed snapshot names is in the store. The atomic commit
   (``store/commit.py``) writes its metadata files inside ``metadata_before_uploads`` instead and
   calls ``uploads_done`` itself right before its pointer swap, so a publish's data files, runs,
-  manifests and metadata files go up together (16 at a time: 48 cost more CPU and were slower
-  on moto, measured). An upload that fails (after pyarrow's own retries) fails every later
+  manifests and metadata files go up together (from 16 upload threads, 8 requests at a time:
+  pyarrow sends them on Arrow's IO threads; 48 threads cost more CPU and were slower on moto,
+  measured; pyarrow's stream is opened for the upload only, ``store/s3_streams.py``). An upload that fails (after pyarrow's own retries) fails every later
   metadata file of the process (``uploads_done``, ``store/uploads.py``: it cannot tell which
   commit would name the missing file): nothing more is committed by it, and a new process
   (``run --follow``'s supervisor restarts it) starts clean. Only on catalogs whose client writes the metadata file
@@ -66,10 +67,8 @@ current. The workspace uses it when the warehouse is on S3 and ``py-io-impl`` is
 
 from __future__ import annotations
 
-import os
 import re
 import threading
-import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -79,11 +78,11 @@ from pyiceberg.io import PY_IO_IMPL
 from pyiceberg.io.pyarrow import PyArrowFile, PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT
 
-from lakepub.store.cache import CACHE_FOLDER, CACHE_LIMIT_MB, DEFAULT_LIMIT_MB, PART_PREFIX, FileCache, parquet_file
+from lakepub.store.cache import CACHE_FOLDER, CACHE_LIMIT_MB, DEFAULT_LIMIT_MB, FileCache, parquet_file
 from lakepub.store import s3_warm, single_put
-from lakepub.store.remembered import Remembered
+from lakepub.store.s3_streams import REMEMBERED, _DiskTee, _Tee  # noqa: F401 - _DiskTee, _Tee: for tests
 from lakepub.store.uploads import (  # noqa: F401 - UploadFailed, uploads_done: re-exported
-    _SWAP_WAITS, _UPLOADS, UploadFailed, _wait_upload, background_upload, metadata_before_uploads, uploads_done,
+    _UPLOADS, UploadFailed, _wait_upload, background_upload, metadata_before_uploads, uploads_done,
 )
 
 IO_IMPL = "lakepub.store.s3.LakepubFileIO"
@@ -138,119 +137,6 @@ def immutable(location: str) -> bool:
     return location.endswith((".metadata.json", ".avro"))
 
 
-REMEMBERED = Remembered()
-
-
-class _Tee:
-    """An output stream that keeps a copy of what it wrote, remembered once closed without error.
-
-    A manifest or manifest list (``*.avro``) is remembered at close and uploaded in the
-    background; a metadata file (``*.metadata.json``) is uploaded at close and its close then
-    waits for every background upload (``uploads_done``)."""
-
-    def __init__(self, stream: Any, location: str, disk: FileCache | None = None, background: bool = False):
-        self._stream, self._location, self._parts = stream, location, []  # type: ignore[var-annotated]
-        self._small_disk, self._background = disk, background
-
-    def write(self, data: Any) -> int:
-        self._parts.append(bytes(data))
-        return self._stream.write(data)
-
-    def tell(self) -> int:
-        return self._stream.tell()
-
-    def flush(self) -> None:
-        self._stream.flush()
-
-    @property
-    def closed(self) -> bool:
-        return self._stream.closed
-
-    def close(self) -> None:
-        data = b"".join(self._parts)
-        if self._background and self._location.endswith(".avro") and REMEMBERED.put(self._location, data):
-            # served from memory to this process from now on; the upload finishes in the background
-            background_upload(self._location, lambda: self._upload(data))
-            return
-        self._upload(data)  # raises if the upload failed: nothing is remembered
-        REMEMBERED.put(self._location, data)
-        if self._location.endswith(".metadata.json"):
-            if not getattr(_SWAP_WAITS, "on", False):
-                uploads_done()  # a catalog may point at this file once it is written: all it names must be up
-
-    def _upload(self, data: bytes) -> None:
-        self._stream.close()  # uploads
-        if self._small_disk is not None:
-            self._small_disk.store(self._location, data)
-
-    def __enter__(self) -> "_Tee":
-        return self
-
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self._stream.close()
-
-
-class _DiskTee(_Tee):
-    """An output stream that also writes a local copy into the disk cache, moved under its final
-    name only once the upload has completed (the next process then reads it from disk; a copy
-    the cache folder cannot keep, full or cleared, is dropped: it is not a failed upload). With
-    ``background``, its close returns once the file is complete locally and the upload finishes in
-    the background, like a manifest's (the next metadata file's close waits for it)."""
-
-    def __init__(self, stream: Any, location: str, disk: FileCache, background: bool = False):
-        super().__init__(stream, location, background=background)
-        self._disk, self._final = disk, disk.path(location)
-        self._final.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self._final.with_name(f"{PART_PREFIX}{uuid.uuid4().hex}-{self._final.name}")
-        self._copy = open(self._tmp, "wb")  # noqa: SIM115 - closed in close()/__exit__
-
-    def write(self, data: Any) -> int:
-        self._copy.write(data)
-        return self._stream.write(data)
-
-    def close(self) -> None:
-        if self._background:
-            background_upload(self._location, self._finish)
-        else:
-            self._finish()
-
-    def _finish(self) -> None:
-        try:
-            self._stream.close()  # the upload: only its failure is the file's (``uploads_done``)
-        except BaseException:
-            self._discard()
-            raise
-        try:
-            size = self._copy.tell()  # not a stat of the final copy: another process may evict it at once
-            self._copy.close()
-            os.replace(self._tmp, self._final)
-        except OSError:  # a full or cleared cache folder only costs a download next time
-            self._discard()
-            return
-        try:
-            self._disk.added(size, keep={self._final})
-        except OSError:  # an eviction that failed: the file is up and kept
-            pass
-
-    def _discard(self) -> None:
-        try:
-            self._copy.close()
-        except OSError:
-            pass
-        self._tmp.unlink(missing_ok=True)
-
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self._stream.close()
-            self._copy.close()
-            self._tmp.unlink(missing_ok=True)
-
-
 class _S3File(PyArrowFile):
     """A ``PyArrowFile`` on S3: ``create`` never HEADs the location first, immutable metadata
     files are remembered when written or read, and Parquet files are read through the disk
@@ -260,13 +146,15 @@ class _S3File(PyArrowFile):
     background = False  # manifests upload in the background (``BACKGROUND_UPLOADS``)
 
     def create(self, overwrite: bool = False) -> Any:  # noqa: ARG002 - names are unique; see above
-        stream = super().create(overwrite=True)
+        def stream() -> Any:  # opened when the upload starts (``_Tee``)
+            return PyArrowFile.create(self, overwrite=True)
+
         if self.disk is not None and self.location.endswith(".parquet"):
             try:
                 return _DiskTee(stream, self.location, self.disk, self.background)
             except OSError:  # a cache folder that cannot be written: upload only
-                return stream
-        return _Tee(stream, self.location, self.disk, self.background) if immutable(self.location) else stream
+                return stream()
+        return _Tee(stream, self.location, self.disk, self.background) if immutable(self.location) else stream()
 
     def open(self, seekable: bool = True) -> Any:
         if self.disk is not None and self.location.endswith(".parquet"):
