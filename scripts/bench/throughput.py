@@ -22,15 +22,17 @@ Each stream is published three ways, batches of ``--max-batch``:
 Beside each ``lakepub run`` process, alternated with it, two child processes split its time
 (``--no-split`` skips them):
 
-* the **import floor**: a process that only imports what a publishing ``lakepub run`` process
-  imports before its first batch (``_FLOOR``: lakepub's CLI and publisher, pyiceberg's SQL
-  catalog and pyarrow FileIO, pyarrow's Parquet and JSON, DuckDB), start to exit;
+* the **imports alone**: a process that only imports what a publishing ``lakepub run`` process
+  imports (``_FLOOR``: lakepub's CLI and publisher, pyiceberg's SQL catalog and pyarrow FileIO,
+  pyarrow's Parquet and JSON, DuckDB), start to exit, serially;
 * the **run alone**: ``Workspace.run`` of the same stream in a fresh workspace, timed after those
   imports in a new process (the in-process figure of session 3, but one run per process).
 
-From them the report derives what the target asks of the run itself: the process ratio the
-stream would reach if its run cost nothing beyond the imports (seed / floor), and the speed-up
-of the run alone that the target needs once the floor is paid (issue 10's "where the time goes").
+A run overlaps much of its importing with reading its landing, so what it pays for its start
+is the process's time minus the run alone's ("start-up as paid"), less than the imports alone.
+From them the report derives what the target asks of the run itself: the ratio with a free
+start-up (seed / run alone), and the speed-up of the run alone that the target needs with the
+start-up as paid (issue 10's "where the time goes").
 
 It checks that lakepub's published table equals the seed baseline's summary, then (full mode,
 unless ``--no-profile``) profiles two more fresh lakepub runs in this process of the
@@ -213,22 +215,25 @@ def _measure(r: c.Report, args, work: Path, name: str, stream_dir: Path, events:
 
 
 def _split(r: c.Report, pre: str, name: str, seed_s: float, lp_s: float, floors, alone) -> None:
-    """The process's time split into the import floor and the run alone, and what the target asks."""
+    """The process's time split into its start-up as paid and the run alone, and what the target asks.
+
+    A run overlaps much of its importing with reading its landing (the prefetch) and with
+    background imports, so the serial import floor is larger than what a run pays for its start:
+    the start-up as paid is the process's time minus the run alone's."""
     floor_s, floor_cpu = c.median([x[0] for x in floors]), c.median([x[1] for x in floors])
     alone_s, alone_cpu = c.median([x[0] for x in alone]), c.median([x[1] for x in alone])
     target = TARGET_VS_SEED[name]
-    r.figure(f"{pre}import_floor_s", floor_s, "import floor (a process importing what a run does)", "s",
+    start_s = lp_s - alone_s
+    r.figure(f"{pre}import_floor_s", floor_s, "imports alone, serial (a process doing only them)", "s",
              f"CPU {floor_cpu:.2f} s")
-    r.figure(f"{pre}run_alone_s", alone_s, "the run alone, after its imports", "s",
-             f"CPU {alone_cpu:.2f} s")
-    r.ratio(f"{pre}run_alone_ratio_vs_seed", seed_s, alone_s, "seed protocol / the run alone")
-    r.ratio(f"{pre}ratio_ceiling_vs_seed", seed_s, floor_s, "ceiling: seed / import floor (run costs 0)")
-    budget = seed_s / target - floor_s
-    r.figure(f"{pre}run_budget_s", budget, f"run budget at {target}x after the floor", "s",
-             f"seed {seed_s:.2f} s / {target} - floor {floor_s:.2f} s")
+    r.figure(f"{pre}run_alone_s", alone_s, "the run alone, after its imports", "s", f"CPU {alone_cpu:.2f} s")
+    r.figure(f"{pre}startup_paid_s", start_s, "start-up as paid: process - run alone", "s")
+    r.ratio(f"{pre}run_alone_ratio_vs_seed", seed_s, alone_s, "seed / the run alone (start-up free)")
+    budget = seed_s / target - start_s
+    r.figure(f"{pre}run_budget_s", budget, f"run budget at {target}x, start-up as paid", "s",
+             f"seed {seed_s:.2f} s / {target} - start-up {start_s:.2f} s")
     if budget > 0:
-        r.ratio(f"{pre}run_speedup_needed", alone_s, budget,
-                f"run-alone speed-up {target}x needs")
+        r.ratio(f"{pre}run_speedup_needed", alone_s, budget, f"run-alone speed-up {target}x needs")
 
 
 def _summary(ws) -> dict[str, list[int]]:
