@@ -176,9 +176,15 @@ def configure_s3(con: duckdb.DuckDBPyConnection, props: Mapping[str, str]) -> No
     if props.get("s3.access-key-id"):
         parts.append(f"KEY_ID '{_q(props['s3.access-key-id'])}'")
         parts.append(f"SECRET '{_q(props.get('s3.secret-access-key', ''))}'")
+        if props.get("s3.session-token"):  # temporary credentials (STS): pyarrow and boto3 send it too
+            parts.append(f"SESSION_TOKEN '{_q(props['s3.session-token'])}'")
     else:
         parts.append("PROVIDER credential_chain")
-    parts.append(f"REGION '{_q(props.get('s3.region', 'us-east-1'))}'")
+    region = _region(props)
+    if region or props.get("s3.access-key-id"):
+        # keys without a region sign for us-east-1, as boto3 does; the credential chain without one
+        # takes the region from where the AWS SDKs look (~/.aws/config)
+        parts.append(f"REGION '{_q(region or 'us-east-1')}'")
     endpoint = props.get("s3.endpoint")
     if endpoint:
         # no scheme: HTTPS, as pyarrow (``S3FileSystem(scheme="https")``) writes the same files
@@ -187,6 +193,16 @@ def configure_s3(con: duckdb.DuckDBPyConnection, props: Mapping[str, str]) -> No
         parts.append("URL_STYLE 'path'")
         parts.append(f"USE_SSL {'true' if url.scheme == 'https' else 'false'}")
     con.execute(f"CREATE OR REPLACE SECRET lakepub_s3 ({', '.join(parts)})")
+
+
+def _region(props: Mapping[str, str]) -> str | None:
+    """The region DuckDB signs with: the catalog's ``s3.region`` (or ``client.region``), else the
+    environment's ``AWS_REGION`` / ``AWS_DEFAULT_REGION``, which the warehouse's boto3 clients read
+    too, so a bucket outside us-east-1 configured only in the environment is read as it is written."""
+    import os
+
+    return (props.get("s3.region") or props.get("client.region") or os.environ.get("AWS_REGION")
+            or os.environ.get("AWS_DEFAULT_REGION") or None)
 
 
 def scan_sql(metadata_location: str, snapshot_id: int | None = None) -> str:

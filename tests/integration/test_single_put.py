@@ -187,3 +187,52 @@ def test_a_bare_endpoint_is_https_for_the_janitor_and_duckdb_too():
     configure_s3(Spy(), props)
     secret = next(s for s in seen if s.startswith("CREATE OR REPLACE SECRET"))
     assert "ENDPOINT 'store.example:9000'" in secret and "USE_SSL true" in secret
+
+
+def _secret_for(props: dict, monkeypatch, env: dict) -> str:
+    """The secret configure_s3 creates for ``props`` under ``env``, as DuckDB stores it."""
+    import duckdb
+
+    from lakepub.duck import configure_s3, extension_path
+
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    con = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
+    con.execute(f"LOAD '{extension_path('httpfs')}'")
+    configure_s3(con, props)
+    return con.execute("SELECT secret_string FROM duckdb_secrets() WHERE name = 'lakepub_s3'").fetchone()[0]
+
+
+def test_duckdb_signs_with_the_region_the_writers_use(monkeypatch):
+    """A bucket outside us-east-1 configured only through AWS_REGION / AWS_DEFAULT_REGION (as boto3
+    reads it), or through ``client.region``: DuckDB must sign reads for that region too, not
+    us-east-1; the catalog's ``s3.region`` wins over the environment."""
+    keys = {"s3.endpoint": "http://127.0.0.1:9", "s3.access-key-id": "a", "s3.secret-access-key": "b"}
+    assert "region=eu-west-1" in _secret_for(keys, monkeypatch, {"AWS_REGION": "eu-west-1"})
+    assert "region=ap-south-1" in _secret_for(keys, monkeypatch, {"AWS_DEFAULT_REGION": "ap-south-1"})
+    assert "region=eu-north-1" in _secret_for({**keys, "client.region": "eu-north-1"}, monkeypatch, {})
+    assert "region=us-west-2" in _secret_for({**keys, "s3.region": "us-west-2"}, monkeypatch,
+                                             {"AWS_REGION": "eu-west-1"})
+    assert "region=us-east-1" in _secret_for(keys, monkeypatch, {})
+
+
+def test_duckdb_gets_the_session_token_of_temporary_credentials(monkeypatch):
+    """STS credentials are key, secret and session token: without the token every DuckDB read of the
+    warehouse is refused while the writers (pyarrow, boto3) succeed."""
+    import duckdb
+
+    from lakepub.duck import configure_s3
+
+    seen: list[str] = []
+
+    class Spy:
+        def execute(self, sql, *args):
+            seen.append(sql)
+
+    configure_s3(Spy(), {"s3.access-key-id": "a", "s3.secret-access-key": "b", "s3.session-token": "t0k'en",
+                         "s3.region": "eu-west-1"})
+    assert "SESSION_TOKEN 't0k''en'" in seen[-1]
+    # and DuckDB accepts the statement
+    _secret_for({"s3.access-key-id": "a", "s3.secret-access-key": "b", "s3.session-token": "t"}, monkeypatch, {})
