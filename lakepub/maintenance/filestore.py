@@ -14,6 +14,7 @@ import builtins
 import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
+from urllib.parse import urlparse
 
 from lakepub.errors import ConfigError
 
@@ -167,7 +168,8 @@ class S3FileStore:
             region_name=props.get("s3.region") or props.get("client.region") or None,
             # the endpoint is s3.endpoint's or AWS's, as pyarrow's (which ignores AWS_ENDPOINT_URL*
             # and a profile's endpoint_url): never another store than the warehouse's files
-            config=Config(s3={"addressing_style": "path"} if path_style else None, ignore_configured_endpoint_urls=True),
+            config=Config(s3={"addressing_style": "path"} if path_style else None, ignore_configured_endpoint_urls=True,
+                          **_checksums(endpoint)),
         )
         return cls(client, **kwargs)
 
@@ -232,3 +234,16 @@ def filestore_for(location: str, properties: Mapping[str, str], cache: dict[str,
     if cache is not None:
         cache[scheme] = store
     return store
+
+
+def _checksums(endpoint: str | None) -> dict[str, str]:
+    """boto3 (>= 1.36) adds CRC32 checksums to every upload it can, as trailers of an aws-chunked
+    body, which S3-compatible stores released before 2025 (MinIO, Ceph RGW and others) reject. On
+    an ``s3.endpoint`` other than AWS's, send checksums only where the API requires one (as pyarrow,
+    which writes the same warehouse, does), unless the environment chooses
+    (``AWS_REQUEST_CHECKSUM_CALCULATION`` / ``AWS_RESPONSE_CHECKSUM_VALIDATION``)."""
+    if not endpoint or (urlparse(endpoint).hostname or "").endswith(".amazonaws.com"):
+        return {}
+    return {key: "when_required" for key, env in (("request_checksum_calculation", "AWS_REQUEST_CHECKSUM_CALCULATION"),
+                                                  ("response_checksum_validation", "AWS_RESPONSE_CHECKSUM_VALIDATION"))
+            if not os.environ.get(env)}

@@ -236,3 +236,22 @@ def test_duckdb_gets_the_session_token_of_temporary_credentials(monkeypatch):
     assert "SESSION_TOKEN 't0k''en'" in seen[-1]
     # and DuckDB accepts the statement
     _secret_for({"s3.access-key-id": "a", "s3.secret-access-key": "b", "s3.session-token": "t"}, monkeypatch, {})
+
+
+def test_boto3_sends_checksums_only_where_required_on_a_custom_endpoint(monkeypatch):
+    """boto3's default CRC32 trailers are refused by S3-compatible stores released before 2025: on a
+    custom endpoint the janitor's and single PUT's client sends checksums only where S3 requires one,
+    unless the environment chooses; on AWS, boto3's default stands."""
+    from lakepub.maintenance.filestore import S3FileStore
+
+    for name in ("AWS_REQUEST_CHECKSUM_CALCULATION", "AWS_RESPONSE_CHECKSUM_VALIDATION"):
+        monkeypatch.delenv(name, raising=False)
+    keys = {"s3.access-key-id": "a", "s3.secret-access-key": "b", "s3.region": "eu-west-1"}
+    custom = S3FileStore.from_properties({**keys, "s3.endpoint": "http://minio.local:9000"}).client.meta.config
+    assert (custom.request_checksum_calculation, custom.response_checksum_validation) == ("when_required",) * 2
+    aws = S3FileStore.from_properties({**keys, "s3.endpoint": "https://s3.eu-west-1.amazonaws.com"}).client.meta.config
+    assert aws.request_checksum_calculation == "when_supported"
+    assert S3FileStore.from_properties(keys).client.meta.config.request_checksum_calculation == "when_supported"
+    monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "when_supported")
+    chosen = S3FileStore.from_properties({**keys, "s3.endpoint": "http://minio.local:9000"}).client.meta.config
+    assert chosen.request_checksum_calculation == "when_supported"
