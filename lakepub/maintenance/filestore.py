@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import builtins
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
 from urllib.parse import urlparse
 
 from lakepub.errors import ConfigError
+
+_BOTO3_LOCK = threading.Lock()
 
 S3_SCHEMES = ("s3", "s3a", "s3n")
 S3_DELETE_LIMIT = 1000  # DeleteObjects accepts at most 1000 keys per request
@@ -159,18 +162,19 @@ class S3FileStore:
         if endpoint and "://" not in endpoint:
             endpoint = f"https://{endpoint}"  # as pyarrow, which writes the files the janitor lists
         path_style = bool(endpoint) and str(props.get("s3.force-virtual-addressing", "false")).lower() != "true"
-        client = boto3.client(
-            "s3",
-            endpoint_url=endpoint or None,
-            aws_access_key_id=props.get("s3.access-key-id") or None,
-            aws_secret_access_key=props.get("s3.secret-access-key") or None,
-            aws_session_token=props.get("s3.session-token") or None,
-            region_name=props.get("s3.region") or props.get("client.region") or None,
-            # the endpoint is s3.endpoint's or AWS's, as pyarrow's (which ignores AWS_ENDPOINT_URL*
-            # and a profile's endpoint_url): never another store than the warehouse's files
-            config=Config(s3={"addressing_style": "path"} if path_style else None, ignore_configured_endpoint_urls=True,
-                          **_checksums(endpoint)),
-        )
+        with _BOTO3_LOCK:  # boto3's default session is not thread-safe (its clients are)
+            client = boto3.client(
+                "s3",
+                endpoint_url=endpoint or None,
+                aws_access_key_id=props.get("s3.access-key-id") or None,
+                aws_secret_access_key=props.get("s3.secret-access-key") or None,
+                aws_session_token=props.get("s3.session-token") or None,
+                region_name=props.get("s3.region") or props.get("client.region") or None,
+                # the endpoint is s3.endpoint's or AWS's, as pyarrow's (which ignores AWS_ENDPOINT_URL*
+                # and a profile's endpoint_url): never another store than the warehouse's files
+                config=Config(s3={"addressing_style": "path"} if path_style else None, ignore_configured_endpoint_urls=True,
+                              **_checksums(endpoint)),
+            )
         return cls(client, **kwargs)
 
     def list(self, prefix: str) -> Iterator[FileInfo]:

@@ -61,7 +61,7 @@ def _as_pyarrow(properties: Mapping[str, Any]) -> dict[str, str] | None:
 
 def _client(properties: Mapping[str, Any]) -> Any:
     key = tuple(sorted((_as_pyarrow(properties) or {}).items()))
-    with _LOCK:  # made under the lock: boto3's default session is not thread-safe (clients are)
+    with _LOCK:  # one client per property set (filestore makes it under its boto3 lock)
         client = _CLIENTS.get(key)
         if client is None:
             from lakepub.maintenance.filestore import S3FileStore

@@ -255,3 +255,33 @@ def test_boto3_sends_checksums_only_where_required_on_a_custom_endpoint(monkeypa
     monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "when_supported")
     chosen = S3FileStore.from_properties({**keys, "s3.endpoint": "http://minio.local:9000"}).client.meta.config
     assert chosen.request_checksum_calculation == "when_supported"
+
+
+def test_every_boto3_client_is_made_under_one_lock(monkeypatch):
+    """boto3's default session is not thread-safe: the janitor's client (made on the main thread)
+    and a single PUT's (made on an upload thread) must not be created at the same time; both are
+    made by ``S3FileStore.from_properties`` under its lock."""
+    import threading
+
+    import boto3
+
+    from lakepub.maintenance import filestore
+    from lakepub.store import single_put
+
+    made, real = [], boto3.client
+
+    def client(*args, **kwargs):
+        made.append(filestore._BOTO3_LOCK.locked())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(boto3, "client", client)
+    monkeypatch.setattr(single_put, "_CLIENTS", {})
+    props = {"s3.endpoint": "http://127.0.0.1:9", "s3.region": "us-east-1", "s3.access-key-id": "a",
+             "s3.secret-access-key": "b"}
+    threads = [threading.Thread(target=single_put._client, args=({**props, "s3.region": f"r{i}"},)) for i in range(4)]
+    for t in threads:
+        t.start()
+    filestore.S3FileStore.from_properties(props)
+    for t in threads:
+        t.join()
+    assert made == [True] * 5
