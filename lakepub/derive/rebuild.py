@@ -217,16 +217,25 @@ def audit(ctx: Context, name: str, into: str) -> int:
     slower to read the same 365 files; measured 89 -> 50 ms wall for the 365-file rollup (15
     interleaved rounds, load ~3.5). The audit is also a second decoder: its file list does not
     come from the Python code whose manifests it checks.
+
+    Before DuckDB plans the scan, ``store.integrity.check_scannable`` reads every manifest with
+    pyiceberg (as ``views.resolve`` does before an ``iceberg_scan`` view): DuckDB 1.5.5 aborts the
+    whole process (C++ ``terminate``, exit 134, no message) on a manifest it cannot read (missing,
+    not Avro, truncated, another schema), where this raises CorruptTable naming the file, nothing
+    published (tests/test_review_derive_scan_audit.py). That check is pyiceberg's decode of the
+    manifests again (~25-30 ms for the 365 entries of a daily rollup, per the figure above).
     """
     from lakepub import duck
     from lakepub.derive.output import group
     from lakepub.identity import RECORDED_CHECKSUM_HEX
+    from lakepub.store.integrity import check_scannable
 
     table = ctx.table(into)
     spec = ctx.graph.derived[name]
     schema = ctx.resolved[name].schema
     rows = schema.empty_table()
     if table.metadata.current_snapshot_id is not None:
+        check_scannable(table)  # a manifest DuckDB cannot read would abort the process, not raise
         source = duck.scan_sql(table.metadata_location)  # its current snapshot: the audited one
         con = duck.connect(ctx.ws.config.catalog)
         try:
