@@ -10,6 +10,7 @@ import pytest
 
 from test_derive import FIRST, MONTHLY, _define, _ok, _oracle, _publish, _rows  # noqa: F401
 from test_derive_fixes import DOUBLED
+from test_janitor import moto_endpoint  # noqa: F401
 
 
 def _rebuild_with_broken_manifest(ws_path: Path, cli, monkeypatch, how: str):
@@ -57,3 +58,72 @@ def test_a_broken_rebuild_manifest_is_a_corrupt_table_naming_it(ws_path: Path, c
     assert doc["kind"] == "corrupt_table", doc
     assert path in doc["message"] and "Traceback" not in res.err, doc
     assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, MONTHLY)
+
+
+def test_an_offline_rebuild_on_an_s3_warehouse_audits_and_swaps(ws_path: Path, cli, moto_endpoint, monkeypatch):
+    """The audit's ``iceberg_scan`` reads the rebuild's metadata, manifests and files over S3
+    (DuckDB's httpfs and the workspace's S3 secret): the rebuild swaps in and reads back as the
+    new definition's oracle."""
+    import boto3
+    import yaml
+
+    from lakepub.config import CONFIG_FILE
+
+    props = {"s3.endpoint": moto_endpoint, "s3.access-key-id": "k", "s3.secret-access-key": "s",
+             "s3.region": "us-east-1"}
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1", aws_access_key_id="k",
+                 aws_secret_access_key="s").create_bucket(Bucket="rebuild")
+    config = yaml.safe_load((ws_path / CONFIG_FILE).read_text())
+    config["catalog"] = {"name": "lakepub", "type": "sql", "uri": f"sqlite:///{ws_path.parent / 'c.db'}",
+                         "warehouse": "s3://rebuild/wh", **props}
+    (ws_path / CONFIG_FILE).write_text(yaml.safe_dump(config))
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, MONTHLY)
+    _ok(cli("reconcile"))
+    assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, MONTHLY)
+    from lakepub.derive import rebuild
+
+    real_audit, audited = rebuild.audit, []
+    monkeypatch.setattr(rebuild, "audit", lambda ctx, name, into: audited.append(
+        (into, ctx.table(into).metadata_location)) or real_audit(ctx, name, into))
+    _define(ws_path, DOUBLED)
+    _ok(cli("reconcile"))
+    assert len(audited) == 1 and "__rebuild_" in audited[0][0] and audited[0][1].startswith("s3://rebuild/"), audited
+    rows = _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1")
+    assert rows == _oracle(cli, DOUBLED) and rows != _oracle(cli, MONTHLY)
+
+
+def test_the_parse_memo_never_serves_a_dropped_or_a_committed_on_table(ws_path: Path, cli):
+    """``store.commit.load_table`` shares one parsed metadata per metadata location: a table
+    dropped and re-created under the same name (and folder) loads as the new one, and a commit
+    through one loaded copy (lakepub's or pyiceberg's) leaves the other copies, and the memo,
+    as the file they were parsed from says."""
+    import pyarrow as pa
+
+    from lakepub.store import commit
+    from lakepub.store.commit import TableChange, commit_atomically, load_table
+    from lakepub.store.write import transaction
+    from lakepub.workspace import Workspace
+
+    with Workspace.open(ws_path) as ws:
+        ident = (ws.config.namespace, "memo_probe")
+        ws.catalog.create_namespace_if_not_exists(ws.config.namespace)
+        first = ws.catalog.create_table(ident, schema=pa.schema([("a", pa.int64())]))
+        first.append(pa.table({"a": [1]}))
+        a, b = load_table(ws.catalog, ident), load_table(ws.catalog, ident)
+        shared, parsed_at = a.metadata, a.metadata_location
+        assert b.metadata is shared and commit._PARSED[parsed_at] is shared  # one parse, shared
+        commit_atomically(ws.catalog, [TableChange(a, transaction(a).set_properties({"k": "lakepub"}))])
+        b.transaction().set_properties({"k2": "pyiceberg"}).commit_transaction()  # pyiceberg's commit
+        assert {"k", "k2"} <= set(load_table(ws.catalog, ident).properties)
+        assert b.metadata is not shared and "k2" in b.metadata.properties
+        # the shared parse is still the file it was parsed from
+        assert commit._PARSED[parsed_at] is shared and not {"k", "k2"} & set(shared.properties)
+        assert load_table(ws.catalog, ident).metadata_location != parsed_at
+        ws.catalog.drop_table(ident)
+        again = ws.catalog.create_table(ident, schema=pa.schema([("a", pa.int64()), ("b", pa.string())]),
+                                        location=first.location())
+        assert again.location() == first.location()
+        reloaded = load_table(ws.catalog, ident)
+        assert reloaded.metadata_location == again.metadata_location
+        assert [f.name for f in reloaded.schema().fields] == ["a", "b"] and reloaded.current_snapshot() is None
