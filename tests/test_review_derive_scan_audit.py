@@ -127,3 +127,43 @@ def test_the_parse_memo_never_serves_a_dropped_or_a_committed_on_table(ws_path: 
         reloaded = load_table(ws.catalog, ident)
         assert reloaded.metadata_location == again.metadata_location
         assert [f.name for f in reloaded.schema().fields] == ["a", "b"] and reloaded.current_snapshot() is None
+
+
+def test_a_rebuild_whose_manifests_are_zstd_audits_and_swaps(ws_path: Path, cli, monkeypatch):
+    """A user's ``write.avro.compression-codec`` on the published table (a ``write.*`` property
+    the swap carries onto the rebuild table) makes later windows of a resumed rebuild write
+    zstd-compressed manifests and manifest lists: valid Iceberg, read by pyiceberg (and so by
+    ``lakepub query``), but DuckDB 1.5.5's ``iceberg_scan`` knows no Avro codec but deflate/null
+    ("File header contains an unknown codec"; for a manifest under a deflate list it aborts the
+    process). The audit must still read the rebuild back: swapped in, equal to the oracle."""
+    from lakepub.store import commit
+    from test_derive import _order
+    from test_derive_fixes import _set_properties, _table
+
+    _publish(cli, ws_path, FIRST)
+    _define(ws_path, MONTHLY)
+    _ok(cli("reconcile"))
+    _set_properties(ws_path, "orders_monthly", {"write.avro.compression-codec": "zstandard"})
+    _define(ws_path, DOUBLED)
+    real_swap = commit.swap_table
+
+    def contended(*args, **kwargs):  # another writer moved the published table at the swap: exit 4
+        raise commit.CommitConflict("staged by the test")
+
+    monkeypatch.setattr(commit, "swap_table", contended)
+    res = cli("reconcile")
+    assert res.code == 4, res.err + res.out  # the rebuild is kept, the user's codec carried onto it
+    monkeypatch.setattr(commit, "swap_table", real_swap)
+    rebuilds = [t for t in _catalog(ws_path) if "__rebuild_" in t]
+    assert len(rebuilds) == 1 and _table(ws_path, rebuilds[0]).properties["write.avro.compression-codec"] == "zstandard"
+    _publish(cli, ws_path, [_order("Z", 1, "2025-12-05", 11)])  # an input moves: the rebuild commits a window
+    _ok(cli("reconcile"))
+    assert _rows(cli, "SELECT * FROM orders_monthly ORDER BY 1") == _oracle(cli, DOUBLED)
+    table = _table(ws_path, "orders_monthly")
+    assert b"zstandard" in Path(table.current_snapshot().manifest_list.removeprefix("file://")).read_bytes()[:1000]
+
+
+def _catalog(ws_path: Path) -> list[str]:
+    from test_derive_fixes import _catalog_tables
+
+    return _catalog_tables(ws_path)
