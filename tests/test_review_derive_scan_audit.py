@@ -167,3 +167,36 @@ def _catalog(ws_path: Path) -> list[str]:
     from test_derive_fixes import _catalog_tables
 
     return _catalog_tables(ws_path)
+
+
+def test_duckdb_can_decode_reads_every_manifest_codec(ws_path: Path):
+    """A deflate manifest list over an older zstd manifest (the codec property removed between
+    two appends): ``iceberg_scan`` would abort the process on the manifest, so the check must
+    read every file's header, not only the list's; the view (pyiceberg's decode) reads it."""
+    import pyarrow as pa
+
+    from lakepub import duck, views
+    from lakepub.store.integrity import avro_codec, check_scannable, duckdb_can_decode
+    from lakepub.workspace import Workspace
+
+    with Workspace.open(ws_path) as ws:
+        ident = (ws.config.namespace, "codec_probe")
+        ws.catalog.create_namespace_if_not_exists(ws.config.namespace)
+        table = ws.catalog.create_table(ident, schema=pa.schema([("a", pa.int64())]))
+        table.append(pa.table({"a": [1]}))
+        assert duckdb_can_decode(table)
+        with table.transaction() as tx:
+            tx.set_properties({"write.avro.compression-codec": "zstandard"})
+        table.append(pa.table({"a": [2]}))
+        with table.transaction() as tx:
+            tx.remove_properties("write.avro.compression-codec")
+        table.append(pa.table({"a": [3]}))
+        snapshot = table.current_snapshot()
+        codecs = [avro_codec(table.io, m.manifest_path) for m in snapshot.manifests(table.io)]
+        assert avro_codec(table.io, snapshot.manifest_list) == "deflate" and sorted(codecs) == [
+            "deflate", "deflate", "zstandard"]
+        check_scannable(table)
+        assert not duckdb_can_decode(table)
+        con = duck.connect(ws.config.catalog)
+        assert con.execute(f"SELECT a FROM {views.resolve(table).table_sql()} ORDER BY 1").fetchall() == [
+            (1,), (2,), (3,)]
