@@ -231,22 +231,25 @@ def audit(ctx: Context, name: str, into: str) -> int:
     used by a resumed rebuild's windows) is read as ``lakepub query`` reads it instead: the
     ``read_parquet`` view of the files pyiceberg's decode lists (``views.py``).
     """
-    from lakepub import duck
+    from lakepub import duck, views
     from lakepub.derive.output import group
     from lakepub.identity import RECORDED_CHECKSUM_HEX
-    from lakepub import views
     from lakepub.store.integrity import check_scannable, duckdb_can_decode
 
     table = ctx.table(into)
     spec = ctx.graph.derived[name]
     schema = ctx.resolved[name].schema
     rows = schema.empty_table()
+    source = None
     if table.metadata.current_snapshot_id is not None:
         check_scannable(table)  # a manifest DuckDB cannot read would abort the process, not raise
         if duckdb_can_decode(table):
             source = duck.scan_sql(table.metadata_location)  # its current snapshot: the audited one
         else:  # e.g. zstd manifests: pyiceberg's decode of the manifests, DuckDB's read of the files
-            source = views.resolve(table).table_sql()
+            resolution = views.resolve(table)
+            if resolution.fallback != "no data files":  # no file, no row (its fallback is an iceberg_scan)
+                source = resolution.table_sql()
+    if source is not None:
         con = duck.connect(ctx.ws.config.catalog)
         try:
             rows = con.execute(f"SELECT * FROM {source}").to_arrow_table().select(schema.names).cast(schema)
