@@ -5,7 +5,10 @@ of the snapshot it scans is unparsable or missing: no Python handler runs. So be
 is handed to ``iceberg_scan``, pyiceberg reads its manifest list and every manifest (~2 ms per
 manifest; the published table's snapshot lists one), and a bad file becomes ``CorruptTable``
 naming it (exit 1). A corrupt metadata JSON already fails when the table is loaded
-(``lakepub.failures`` names it).
+(``lakepub.failures`` names it). A readable manifest in an Avro codec DuckDB does not decode
+(zstandard, bzip2, snappy) aborts it too: ``duckdb_can_decode`` reads each file's header (a few
+hundred bytes; on S3 the files ``check_scannable`` just read are served from memory) so a caller
+can read such a snapshot another way (the rebuild audit: ``views``' ``read_parquet`` view).
 """
 
 from __future__ import annotations
@@ -44,3 +47,56 @@ def manifest_entries(table: Table, snapshot: Snapshot) -> Iterator[tuple[Manifes
     except Exception as exc:
         problem = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
         raise CorruptTable(corrupt_file(exc) or location, problem) from None
+
+
+# The Avro codecs DuckDB 1.5.5's avro extension decodes. pyiceberg also writes zstandard, bzip2 and
+# snappy (a table's ``write.avro.compression-codec``): DuckDB refuses such a manifest list ("File
+# header contains an unknown codec") and aborts the process on such a manifest under a list it reads.
+DUCKDB_AVRO_CODECS = frozenset({"null", "deflate"})
+
+
+def duckdb_can_decode(table: Table, snapshot_id: int | None = None) -> bool:
+    """Whether DuckDB's ``iceberg_scan`` can decode the snapshot's manifest list and manifests:
+    each file's Avro codec, from its header (after ``check_scannable``: the files are readable)."""
+    snapshot = table.current_snapshot() if snapshot_id is None else table.snapshot_by_id(snapshot_id)
+    if snapshot is None:
+        return True
+    locations = [snapshot.manifest_list, *(m.manifest_path for m in snapshot.manifests(table.io))]
+    return all(avro_codec(table.io, location) in DUCKDB_AVRO_CODECS for location in locations)
+
+
+def avro_codec(io, location: str) -> str:
+    """The ``avro.codec`` of an Avro object container file, read from its header only."""
+    with io.new_input(location).open() as stream:
+        buffer = bytearray()
+
+        def take(n: int) -> bytes:
+            while len(buffer) < n:
+                chunk = stream.read(max(n - len(buffer), 4096))
+                if not chunk:
+                    raise CorruptTable(location, "truncated Avro header")
+                buffer.extend(chunk)
+            out = bytes(buffer[:n])
+            del buffer[:n]
+            return out
+
+        def long() -> int:  # Avro's zig-zag varint
+            shift = value = 0
+            while True:
+                byte = take(1)[0]
+                value |= (byte & 0x7F) << shift
+                shift += 7
+                if not byte & 0x80:
+                    return (value >> 1) ^ -(value & 1)
+
+        if take(4) != b"Obj\x01":
+            raise CorruptTable(location, "not an Avro object container file")
+        while (count := long()) != 0:  # the header's metadata map, in blocks
+            if count < 0:
+                count = -count
+                long()  # the block's size in bytes
+            for _ in range(count):
+                key, value = take(long()), take(long())
+                if key == b"avro.codec":
+                    return value.decode()
+    return "null"
