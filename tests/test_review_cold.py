@@ -1,0 +1,66 @@
+"""Adversarial review of issue 16's S3 streams (``store/s3_streams.py``): uploads bounded by a
+process-wide semaphore of Arrow's IO-thread count, and what a forked child inherits of it.
+
+A parent whose publishing thread is mid-upload (every ``_send`` slot held: its S3 requests in
+flight) when another thread forks: the child inherits the semaphore's count but not the threads
+that would release it. Its own publish must still upload and commit, read back by DuckDB equal
+to the oracle, not wait forever for a slot nobody in it holds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import summary_rows, write_jsonl
+from lakepub.workspace import Workspace
+from test_janitor import OFFSETS, batch_events, expected_rows, moto_endpoint  # noqa: F401 - fixture
+from test_s3_warm import _s3_workspace
+
+# Every upload slot held by a parent thread inside ``_send`` (its stream's write waiting like a
+# request in flight), then a fork: the child publishes one batch.
+_FORK_MID_UPLOAD = """
+import json, multiprocessing, sys, threading
+import pyarrow as pa
+from lakepub.store import s3_streams
+from lakepub.workspace import Workspace
+root, path, start, end = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+Workspace.open(root).catalog
+in_flight, done = threading.Semaphore(0), threading.Event()
+class InFlight:
+    def write(self, chunk):
+        in_flight.release()
+        done.wait()
+    def close(self):
+        pass
+slots = pa.io_thread_count()
+threads = [threading.Thread(target=s3_streams._send, args=(InFlight(), [b"x"])) for _ in range(slots)]
+for t in threads:
+    t.start()
+for _ in range(slots):
+    in_flight.acquire()
+def child():
+    Workspace.open(root).publish("orders_daily", path, start={"p0": start}, end={"p0": end})
+process = multiprocessing.get_context("fork").Process(target=child)
+process.start()
+process.join(90)
+done.set()
+for t in threads:
+    t.join()
+if process.is_alive():
+    process.kill()
+    print(json.dumps({"exitcode": "hung"}))
+else:
+    print(json.dumps({"exitcode": process.exitcode}))
+"""
+
+
+def test_a_child_forked_while_every_upload_slot_is_held_publishes(moto_endpoint, tmp_path):  # noqa: F811
+    root = _s3_workspace(tmp_path / "ws", moto_endpoint, "forked-mid-upload", tmp_path)
+    path = write_jsonl(tmp_path / "b0.jsonl", batch_events(0))
+    out = subprocess.run([sys.executable, "-c", _FORK_MID_UPLOAD, str(root), str(path), str(OFFSETS[0]),
+                          str(OFFSETS[1])], capture_output=True, text=True, timeout=300, cwd=root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"exitcode": 0}, out.stderr[-3000:]
+    assert summary_rows(Workspace.open(root)) == expected_rows(1)  # read back by DuckDB: the oracle
