@@ -125,6 +125,18 @@ def _sending() -> threading.BoundedSemaphore:
     return _SENDING[0]
 
 
+def _after_fork_in_child() -> None:
+    """A forked child inherits the semaphore's count but none of the threads holding its slots
+    (a parent mid-upload): they would never be released and its uploads would wait forever."""
+    global _SENDING_LOCK
+    _SENDING_LOCK = threading.Lock()
+    _SENDING.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class _DiskTee(_Tee):
     """An output stream for a Parquet data file: its bytes are kept (as ``_Tee``'s) and written to
     a local copy in the disk cache, uploaded at close (pyarrow's S3 stream opened only then) and
