@@ -64,3 +64,43 @@ def test_a_child_forked_while_every_upload_slot_is_held_publishes(moto_endpoint,
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"exitcode": 0}, out.stderr[-3000:]
     assert summary_rows(Workspace.open(root)) == expected_rows(1)  # read back by DuckDB: the oracle
+
+
+# A background upload of the parent in flight (``store/uploads.background_upload``), then a fork:
+# the child's own metadata file waits for every upload in ``_PENDING`` (``uploads_done``).
+_FORK_MID_BACKGROUND_UPLOAD = """
+import json, multiprocessing, sys, threading
+from lakepub.store import uploads
+from lakepub.workspace import Workspace
+root, path, start, end = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+Workspace.open(root).catalog
+started, done = threading.Event(), threading.Event()
+def in_flight():
+    started.set()
+    done.wait()
+uploads.background_upload("s3://parent/only/data/0.parquet", in_flight)
+started.wait()
+def child():
+    Workspace.open(root).publish("orders_daily", path, start={"p0": start}, end={"p0": end})
+process = multiprocessing.get_context("fork").Process(target=child)
+process.start()
+process.join(90)
+done.set()
+if process.is_alive():
+    process.kill()
+    print(json.dumps({"exitcode": "hung"}))
+else:
+    print(json.dumps({"exitcode": process.exitcode}))
+"""
+
+
+def test_a_child_forked_during_a_background_upload_publishes(moto_endpoint, tmp_path):  # noqa: F811
+    """The parent's upload is not the child's: no metadata file the child writes names it, and
+    the thread that would finish its future does not exist in the child."""
+    root = _s3_workspace(tmp_path / "ws", moto_endpoint, "forked-mid-background", tmp_path)
+    path = write_jsonl(tmp_path / "b0.jsonl", batch_events(0))
+    out = subprocess.run([sys.executable, "-c", _FORK_MID_BACKGROUND_UPLOAD, str(root), str(path),
+                          str(OFFSETS[0]), str(OFFSETS[1])], capture_output=True, text=True, timeout=300, cwd=root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"exitcode": 0}, out.stderr[-3000:]
+    assert summary_rows(Workspace.open(root)) == expected_rows(1)  # read back by DuckDB: the oracle
