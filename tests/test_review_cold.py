@@ -104,3 +104,56 @@ def test_a_child_forked_during_a_background_upload_publishes(moto_endpoint, tmp_
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"exitcode": 0}, out.stderr[-3000:]
     assert summary_rows(Workspace.open(root)) == expected_rows(1)  # read back by DuckDB: the oracle
+
+
+class _Counting:
+    """A stream factory whose stream keeps only a digest of what went up (no copy of its own)."""
+
+    def __init__(self):
+        import hashlib
+
+        self.digest, self.size = hashlib.sha256(), 0
+
+    def __call__(self):
+        opener = self
+
+        class _Stream:
+            def write(self, chunk) -> None:
+                opener.digest.update(chunk)
+                opener.size += len(chunk)
+
+            def close(self) -> None:
+                pass
+
+        return _Stream()
+
+
+def test_a_large_data_files_upload_holds_no_second_copy_of_it(tmp_path):
+    """A data file's bytes are kept as written until its upload ends (issue 16): its close must
+    not join them into a second copy first (a 200 MiB file measured 404-448 MiB of peak RSS
+    growth against 180-235 MiB before issue 16). Python allocations at close, traced, stay
+    well below the file's size; what went up and the disk cache's copy are the bytes written."""
+    import hashlib
+    import os
+    import tracemalloc
+
+    from lakepub.store import s3_streams
+    from lakepub.store.cache import FileCache
+
+    cache = FileCache(tmp_path / "cache", 1 << 30)
+    location = "s3://bucket/ns/t/data/00000-0-big.parquet"
+    opener, written = _Counting(), hashlib.sha256()
+    tee = s3_streams._DiskTee(opener, location, cache)
+    chunk = os.urandom(1 << 16)
+    for _ in range(512):  # 32 MiB, as a Parquet writer writes it: page by page
+        tee.write(chunk)
+        written.update(chunk)
+    tracemalloc.start()
+    try:
+        tee.close()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert opener.size == 32 << 20 and opener.digest.hexdigest() == written.hexdigest()
+    assert hashlib.sha256(cache.path(location).read_bytes()).hexdigest() == written.hexdigest()
+    assert peak < 4 << 20, peak  # no second copy of the 32 MiB
