@@ -111,6 +111,21 @@ def _send(stream: Any, chunks: Any) -> None:
         stream.close()
 
 
+_CHUNK = 1 << 20
+
+
+def _drained(parts: list[bytes]) -> Any:
+    """``parts`` (emptied) in order, joined into chunks of about ``_CHUNK``: a file kept as written
+    goes up without a second copy of it in memory (a file below ``_CHUNK`` in one write)."""
+    parts.reverse()
+    while parts:
+        chunk, size = [], 0
+        while parts and size < _CHUNK:
+            chunk.append(parts.pop())
+            size += len(chunk[-1])
+        yield chunk[0] if len(chunk) == 1 else b"".join(chunk)
+
+
 # pyarrow's S3 requests run on Arrow's IO thread pool: a ninth upload would only wait there for
 # an IO thread, its part buffer in hand. Bounded by the IO pool's size when first used.
 _SENDING: list[threading.BoundedSemaphore] = []
@@ -166,16 +181,16 @@ class _DiskTee(_Tee):
         if self._closed:
             return
         self._closed = True
-        self._data, self._parts = b"".join(self._parts), []
+        self._data, self._parts = self._parts, []  # not joined: a second copy of the whole file
         if self._background:
             background_upload(self._location, self._finish)
         else:
             self._finish()
 
     def _finish(self) -> None:
-        data, self._data = self._data, b""
+        data, self._data = self._data, []
         try:
-            _send(self._open(), [data])  # the upload: only its failure is the file's (``uploads_done``)
+            _send(self._open(), _drained(data))  # the upload: only its failure is the file's (``uploads_done``)
         except BaseException:
             self._discard()
             raise
@@ -188,7 +203,7 @@ class _DiskTee(_Tee):
             self._discard()
             return
         try:
-            self._disk.added(len(data), keep={self._final})  # not a stat: another process may evict it at once
+            self._disk.added(self._size, keep={self._final})  # not a stat: another process may evict it at once
         except OSError:  # an eviction that failed: the file is up and kept
             pass
 
