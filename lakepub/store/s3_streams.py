@@ -19,7 +19,11 @@ partitions went from 187 to 107 MiB (``tests/integration/test_s3_new_process.py`
 orders, S3 +30 ms, a new process's publish from 4.16 to 1.87 s (CPU 1.81 to 1.15 s), 2.33x to
 1.03x of the same process's warm publishes (``scripts/bench/cold_publish_ab.py``, 6 pairs
 interleaved with main, load 8-13; README "Benchmarks", issue 16). Keeping the bytes costs a
-file's size in memory until its upload ends (a few MB for a 100k-event publish). A file
+file's size in memory until its upload ends (a few MB for a 100k-event publish), in Python's
+heap, which Arrow's pool peak above does not count; a data file goes up from its kept parts
+(``_drained``, ~1 MiB writes), never joined into a second copy (a 200 MiB file joined first
+grew the peak RSS by 404-448 MiB, by 250 MiB drained, 235-247 MiB before: moto, load ~10). A
+fork's child starts with no upload slot taken (``_after_fork_in_child``). A file
 whose writing fails (an exception inside its ``with``) is never uploaded: its stream was never
 opened (an opened one uploads what it holds when closed).
 """
