@@ -157,3 +157,34 @@ def test_a_large_data_files_upload_holds_no_second_copy_of_it(tmp_path):
     assert opener.size == 32 << 20 and opener.digest.hexdigest() == written.hexdigest()
     assert hashlib.sha256(cache.path(location).read_bytes()).hexdigest() == written.hexdigest()
     assert peak < 4 << 20, peak  # no second copy of the 32 MiB
+
+
+def test_a_write_after_close_is_refused_and_never_reaches_the_cache_copy(tmp_path):
+    """pyarrow's S3 stream (and a Python file) refuse a write once closed. A kept-bytes stream
+    accepted it: with the upload in the background, the bytes went into the cache copy still
+    open for it while the upload sent the file as closed, so the next process would read a copy
+    that is not the uploaded file."""
+    import threading
+
+    import pytest
+
+    from lakepub.store import s3_streams, uploads
+    from lakepub.store.cache import FileCache
+
+    cache = FileCache(tmp_path / "cache", 1 << 30)
+    location = "s3://bucket/ns/t/data/00000-0-late.parquet"
+    gate, opener = threading.Event(), _Counting()
+
+    def slow_open():
+        gate.wait(10)
+        return opener()
+
+    tee = s3_streams._DiskTee(slow_open, location, cache, background=True)
+    tee.write(b"PAR1" + b"z" * 100 + b"PAR1")
+    tee.close()
+    with pytest.raises(ValueError):
+        tee.write(b"late bytes")
+    gate.set()
+    uploads.uploads_done()
+    assert opener.size == 108
+    assert cache.path(location).read_bytes() == b"PAR1" + b"z" * 100 + b"PAR1"
