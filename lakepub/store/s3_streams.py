@@ -57,9 +57,14 @@ class _Tee:
     def __init__(self, stream: Any, location: str, disk: FileCache | None = None, background: bool = False):
         self._open = stream if callable(stream) else (lambda: stream)
         self._location, self._parts, self._size, self._closed = location, [], 0, False  # type: ignore[var-annotated]
+        self._abandoned = False  # closed by an exception inside its ``with``
         self._small_disk, self._background = disk, background
 
     def write(self, data: Any) -> int:
+        if self._closed:  # as pyarrow's stream: bytes after close would reach a cache copy, not the upload
+            if self._abandoned:  # (a writer's own clean-up, e.g. ParquetWriter.__del__: nothing goes up)
+                return len(data)
+            raise ValueError(f"I/O operation on closed file {self._location}")
         data = bytes(data)
         self._parts.append(data)
         self._size += len(data)
@@ -103,7 +108,7 @@ class _Tee:
         if exc_type is None:
             self.close()
         else:  # a file written only in part: nothing goes up
-            self._closed, self._parts = True, []
+            self._closed, self._abandoned, self._parts = True, True, []
 
 
 def _send(stream: Any, chunks: Any) -> None:
@@ -224,5 +229,5 @@ class _DiskTee(_Tee):
         if exc_type is None:
             self.close()
         else:  # a file written only in part: nothing goes up, no copy is left
-            self._closed, self._parts = True, []
+            self._closed, self._abandoned, self._parts = True, True, []
             self._discard()
