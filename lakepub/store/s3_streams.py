@@ -19,7 +19,11 @@ partitions went from 187 to 107 MiB (``tests/integration/test_s3_new_process.py`
 orders, S3 +30 ms, a new process's publish from 4.16 to 1.87 s (CPU 1.81 to 1.15 s), 2.33x to
 1.03x of the same process's warm publishes (``scripts/bench/cold_publish_ab.py``, 6 pairs
 interleaved with main, load 8-13; README "Benchmarks", issue 16). Keeping the bytes costs a
-file's size in memory until its upload ends (a few MB for a 100k-event publish). A file
+file's size in memory until its upload ends (a few MB for a 100k-event publish), in Python's
+heap, which Arrow's pool peak above does not count; a data file goes up from its kept parts
+(``_drained``, ~1 MiB writes), never joined into a second copy (a 200 MiB file joined first
+grew the peak RSS by 404-448 MiB, by 250 MiB drained, 235-247 MiB before: moto, load ~10). A
+fork's child starts with no upload slot taken (``_after_fork_in_child``). A file
 whose writing fails (an exception inside its ``with``) is never uploaded: its stream was never
 opened (an opened one uploads what it holds when closed).
 """
@@ -53,9 +57,14 @@ class _Tee:
     def __init__(self, stream: Any, location: str, disk: FileCache | None = None, background: bool = False):
         self._open = stream if callable(stream) else (lambda: stream)
         self._location, self._parts, self._size, self._closed = location, [], 0, False  # type: ignore[var-annotated]
+        self._abandoned = False  # closed by an exception inside its ``with``
         self._small_disk, self._background = disk, background
 
     def write(self, data: Any) -> int:
+        if self._closed:  # as pyarrow's stream: bytes after close would reach a cache copy, not the upload
+            if self._abandoned:  # (a writer's own clean-up, e.g. ParquetWriter.__del__: nothing goes up)
+                return len(data)
+            raise ValueError(f"I/O operation on closed file {self._location}")
         data = bytes(data)
         self._parts.append(data)
         self._size += len(data)
@@ -99,7 +108,7 @@ class _Tee:
         if exc_type is None:
             self.close()
         else:  # a file written only in part: nothing goes up
-            self._closed, self._parts = True, []
+            self._closed, self._abandoned, self._parts = True, True, []
 
 
 def _send(stream: Any, chunks: Any) -> None:
@@ -109,6 +118,21 @@ def _send(stream: Any, chunks: Any) -> None:
         for chunk in chunks:
             stream.write(chunk)
         stream.close()
+
+
+_CHUNK = 1 << 20
+
+
+def _drained(parts: list[bytes]) -> Any:
+    """``parts`` (emptied) in order, joined into chunks of about ``_CHUNK``: a file kept as written
+    goes up without a second copy of it in memory (a file below ``_CHUNK`` in one write)."""
+    parts.reverse()
+    while parts:
+        chunk, size = [], 0
+        while parts and size < _CHUNK:
+            chunk.append(parts.pop())
+            size += len(chunk[-1])
+        yield chunk[0] if len(chunk) == 1 else b"".join(chunk)
 
 
 # pyarrow's S3 requests run on Arrow's IO thread pool: a ninth upload would only wait there for
@@ -123,6 +147,18 @@ def _sending() -> threading.BoundedSemaphore:
             if not _SENDING:
                 _SENDING.append(threading.BoundedSemaphore(max(1, pa.io_thread_count())))
     return _SENDING[0]
+
+
+def _after_fork_in_child() -> None:
+    """A forked child inherits the semaphore's count but none of the threads holding its slots
+    (a parent mid-upload): they would never be released and its uploads would wait forever."""
+    global _SENDING_LOCK
+    _SENDING_LOCK = threading.Lock()
+    _SENDING.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _DiskTee(_Tee):
@@ -154,16 +190,16 @@ class _DiskTee(_Tee):
         if self._closed:
             return
         self._closed = True
-        self._data, self._parts = b"".join(self._parts), []
+        self._data, self._parts = self._parts, []  # not joined: a second copy of the whole file
         if self._background:
             background_upload(self._location, self._finish)
         else:
             self._finish()
 
     def _finish(self) -> None:
-        data, self._data = self._data, b""
+        data, self._data = self._data, []
         try:
-            _send(self._open(), [data])  # the upload: only its failure is the file's (``uploads_done``)
+            _send(self._open(), _drained(data))  # the upload: only its failure is the file's (``uploads_done``)
         except BaseException:
             self._discard()
             raise
@@ -176,7 +212,7 @@ class _DiskTee(_Tee):
             self._discard()
             return
         try:
-            self._disk.added(len(data), keep={self._final})  # not a stat: another process may evict it at once
+            self._disk.added(self._size, keep={self._final})  # not a stat: another process may evict it at once
         except OSError:  # an eviction that failed: the file is up and kept
             pass
 
@@ -193,5 +229,5 @@ class _DiskTee(_Tee):
         if exc_type is None:
             self.close()
         else:  # a file written only in part: nothing goes up, no copy is left
-            self._closed, self._parts = True, []
+            self._closed, self._abandoned, self._parts = True, True, []
             self._discard()

@@ -11,6 +11,7 @@ the life of the process, and every later ``uploads_done`` raises ``UploadFailed`
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -44,6 +45,19 @@ def uploads_done() -> None:
     if _FAILED:
         raise UploadFailed(f"an earlier upload of this process failed ({_FAILED[0]}): it commits nothing more "
                       "(nothing was published by this attempt); run again in a new process")
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has the parent's pending uploads but not the threads finishing them: their
+    futures never complete, and its first ``uploads_done`` waited forever. They are the parent's
+    files, named by no metadata file the child writes; a failure already recorded stays."""
+    global _PENDING_LOCK
+    _PENDING_LOCK = threading.Lock()
+    _PENDING.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 _SWAP_WAITS = threading.local()  # set in ``metadata_before_uploads``: the caller waits before its swap
