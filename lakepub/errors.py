@@ -187,6 +187,12 @@ class ForeignChange(BlockedError):
     (or its partitioning): building on it would publish data lakepub cannot vouch for."""
 
 
+class UndecodableManifests(BlockedError):
+    """A table's manifests are Avro in a codec DuckDB (lakepub's reader) cannot decode: a writer
+    followed a ``write.avro.compression-codec`` other than gzip/deflate or null (e.g. zstandard
+    set on the table by another tool). Nothing is read wrongly; the command cannot read at all."""
+
+
 class IncompatibleContract(BlockedError):
     """A dataset names a contract version that is not a compatible evolution of the one its
     published tables were written for (``publish/evolution.py``): the file is valid, the published

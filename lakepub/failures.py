@@ -5,6 +5,8 @@ error families, for the CLI's one error handler and the Python API.
   (exit 4). A full disk during the pointer swap's COMMIT never gets here: ``store/commit.py``
   raises ``OutcomeUnknown`` (exit 5) for any failure of the COMMIT itself.
 * SQLite's "database is locked" after the busy timeout -> ``CatalogBusy`` (exit 4).
+* DuckDB's "unknown codec" on an Avro manifest -> ``UndecodableManifests`` (exit 3), saying which
+  table property to set back.
 * a metadata JSON, manifest list or manifest that pyiceberg cannot parse -> ``CorruptTable``
   (exit 1) naming the file: the file is the ``InputFile`` that pyiceberg's reader (``AvroFile``,
   ``FromInputFile``) was parsing, found in the traceback's frames.
@@ -18,7 +20,7 @@ import os
 from types import TracebackType
 from typing import Callable, Iterator, ParamSpec, TypeVar
 
-from lakepub.errors import CatalogBusy, CorruptTable, DiskFull, LakepubError
+from lakepub.errors import CatalogBusy, CorruptTable, DiskFull, LakepubError, UndecodableManifests
 
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 _FULL_TEXTS = ("no space left on device", "database or disk is full", "disk quota exceeded")
@@ -39,6 +41,12 @@ def classify(exc: BaseException) -> LakepubError | None:
             where = f" writing {link.filename}" if isinstance(link, OSError) and link.filename else ""
             return DiskFull(f"no space left on device{where} ({text}); nothing was published, "
                             "free some space and retry")
+        if (type(link).__module__ or "").lstrip("_").startswith("duckdb") and "unknown codec" in text.lower():
+            return UndecodableManifests(
+                f"DuckDB cannot decode this table's Avro manifests ({text.split(' LINE ')[0][:160]}): a writer used a "
+                "write.avro.compression-codec other than gzip (deflate) or null; set the table's "
+                "property back to gzip, pyiceberg's default (manifests written since stay unreadable "
+                "to DuckDB 1.5.5 until they are rewritten)")
         if _is_db_error(link) and any(t in text.lower() for t in _LOCKED_TEXTS):
             return CatalogBusy(f"the catalog database is locked by another connection ({_db_message(link)}) "
                                "past its busy timeout; nothing was published, retry")

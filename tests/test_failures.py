@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import A1, A2, B1, published_pointers, write_jsonl
+from conftest import A1, A2, B1, B2, published_pointers, summary_rows, write_jsonl
 from lakepub.errors import CatalogBusy, DiskFull, OutcomeUnknown
-from lakepub.store.layout import summary_id
+from lakepub.store.layout import ledger_id, summary_id
 from lakepub.workspace import Workspace
 
 DATASET = "orders_daily"
@@ -163,3 +163,31 @@ def test_a_corrupt_table_file_is_one_line_naming_it(ws: Workspace, ws_path: Path
         assert code == 1, (args, code, err, exc)
         assert err.startswith("error: corrupt Iceberg file ") and path in err, (args, err)
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, (args, err)
+
+
+def test_manifests_in_a_codec_duckdb_cannot_decode_are_a_refusal_saying_which_property(ws_path: Path, cli,
+                                                                                      tmp_path: Path):
+    """Another tool sets ``write.avro.compression-codec: zstandard`` on lakepub's tables: pyiceberg
+    then writes zstd manifests, which DuckDB 1.5.5 cannot decode. Publishing and `query` still
+    give the right rows; `verify --deep` reads through ``iceberg_scan`` and used to end in an
+    "internal error": it must be a refusal (exit 3) naming the property to set back."""
+    def publish(events, start, end):
+        path = write_jsonl(tmp_path / f"b{end}.jsonl", events)
+        res = cli("publish", "orders_daily", "--events", str(path), "--start", json.dumps({"p0": start}),
+                  "--end", json.dumps({"p0": end}))
+        assert res.code == 0, res.err
+
+    publish([A1, B1], 0, 2)
+    ws = Workspace.open(ws_path)
+    for ident in (summary_id(ws.config.namespace, "orders_daily"), ledger_id(ws.config.namespace, "orders_daily")):
+        with ws.catalog.load_table(ident).transaction() as tx:
+            tx.set_properties({"write.avro.compression-codec": "zstandard"})
+    publish([A2, B2], 2, 4)
+    assert summary_rows(ws) == [("2025-10-02", 150, 1)]  # the seed's answer
+
+    res = cli("verify", "orders_daily", "--deep", "--format", "json")
+    assert res.code == 3, (res.out, res.err)
+    doc = json.loads(res.out)
+    assert doc["kind"] == "refused" and doc["type"] == "UndecodableManifests"
+    assert "write.avro.compression-codec" in doc["message"] and "gzip" in doc["message"]
+    assert "Traceback" not in res.err
