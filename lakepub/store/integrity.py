@@ -6,8 +6,9 @@ is handed to ``iceberg_scan``, pyiceberg reads its manifest list and every manif
 manifest; the published table's snapshot lists one), and a bad file becomes ``CorruptTable``
 naming it (exit 1). A corrupt metadata JSON already fails when the table is loaded
 (``lakepub.failures`` names it). A readable manifest in an Avro codec DuckDB does not decode
-(zstandard, bzip2, snappy) aborts it too: ``duckdb_can_decode`` reads each file's header (a few
-hundred bytes; on S3 the files ``check_scannable`` just read are served from memory) so a caller
+(zstandard, bzip2, snappy) aborts it too: ``duckdb_can_decode`` decodes each file's header with
+pyiceberg's Avro header reader (manifests are small; on S3 the files ``check_scannable`` just
+read are served from memory) so a caller
 can read such a snapshot another way (the rebuild audit: ``views``' ``read_parquet`` view).
 """
 
@@ -66,37 +67,18 @@ def duckdb_can_decode(table: Table, snapshot_id: int | None = None) -> bool:
 
 
 def avro_codec(io, location: str) -> str:
-    """The ``avro.codec`` of an Avro object container file, read from its header only."""
+    """The ``avro.codec`` of an Avro object container file ("null" when absent, as the Avro spec
+    says), from its header as pyiceberg's own ``AvroFile`` decodes it."""
+    from pyiceberg.avro.decoder import new_decoder
+    from pyiceberg.avro.file import MAGIC, META_SCHEMA, AvroFileHeader
+    from pyiceberg.avro.resolver import construct_reader
+
     with io.new_input(location).open() as stream:
-        buffer = bytearray()
-
-        def take(n: int) -> bytes:
-            while len(buffer) < n:
-                chunk = stream.read(max(n - len(buffer), 4096))
-                if not chunk:
-                    raise CorruptTable(location, "truncated Avro header")
-                buffer.extend(chunk)
-            out = bytes(buffer[:n])
-            del buffer[:n]
-            return out
-
-        def long() -> int:  # Avro's zig-zag varint
-            shift = value = 0
-            while True:
-                byte = take(1)[0]
-                value |= (byte & 0x7F) << shift
-                shift += 7
-                if not byte & 0x80:
-                    return (value >> 1) ^ -(value & 1)
-
-        if take(4) != b"Obj\x01":
-            raise CorruptTable(location, "not an Avro object container file")
-        while (count := long()) != 0:  # the header's metadata map, in blocks
-            if count < 0:
-                count = -count
-                long()  # the block's size in bytes
-            for _ in range(count):
-                key, value = take(long()), take(long())
-                if key == b"avro.codec":
-                    return value.decode()
-    return "null"
+        data = stream.read()
+    if data[:len(MAGIC)] != MAGIC:
+        raise CorruptTable(location, "not an Avro object container file")
+    try:
+        header = construct_reader(META_SCHEMA, {-1: AvroFileHeader}).read(new_decoder(data))
+    except Exception as exc:  # a header cut short or garbled
+        raise CorruptTable(location, f"unreadable Avro header ({type(exc).__name__})") from None
+    return header.meta.get("avro.codec", "null")
