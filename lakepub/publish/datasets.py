@@ -257,14 +257,13 @@ class DatasetWriter:
             written = [f.result() for f in files]
             new_data = [f for f in written if not is_delete(f)]
             new_deletes = [f for f in written if is_delete(f)]
-            if rewrite.delta is not None:  # partitions rewritten whole or folded (``bounded``) drop files
-                remove_data, remove_deletes = merge_on_read.dropped_files(state, rewrite.delta)
-                stage_row_delta(tx, table, add_data=new_data, add_deletes=new_deletes, remove_data=remove_data,
-                                remove_deletes=remove_deletes, snapshot_properties=props)
-            else:  # whole partitions replaced on a table with delete files: theirs go with them
-                stage_row_delta(tx, table, add_data=new_data, remove_data=state.files_of(rewrite.values),
-                                remove_deletes=[f for v in rewrite.values for f in state.deletes.get(v, [])],
-                                snapshot_properties=props)
+            # merge-on-read: the partitions rewritten whole or folded (``bounded``) drop files; else
+            # whole partitions replaced on a table with delete files: theirs go with them
+            delta = rewrite.delta
+            remove_data, remove_deletes = (merge_on_read.dropped_files(state, delta.whole, delta.folded)
+                                           if delta is not None else merge_on_read.dropped_files(state, rewrite.values))
+            stage_row_delta(tx, table, add_data=new_data, add_deletes=new_deletes, remove_data=remove_data,
+                            remove_deletes=remove_deletes, snapshot_properties=props)
             return tx, written
         if rewrite.values:
             parts = files if files is not None else {v: r for v, r in rewrite.rows.items() if r.num_rows}

@@ -76,7 +76,7 @@ folded), a live flag, 16 bytes per index entry; a ``LiveRows`` partition once ma
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -239,12 +239,15 @@ def removed_rows(state: PublishedState, change: Delta) -> dict[Any, pa.Table]:
     return {v: parts[v].take(ids) for v, ids in change.removed.items() if v in parts}
 
 
-def dropped_files(state: PublishedState, change: Delta) -> tuple[list[DataFile], list[DataFile]]:
-    """The data and delete files a commit of ``change`` removes: all of a partition rewritten
-    whole, the small data files and all delete files of a partition folded (``bounded``)."""
-    data = state.files_of(change.whole)
-    data += [f for v, paths in change.folded.items() for f in state.files.get(v, ()) if f.file_path in paths]
-    return data, [f for v in (*change.whole, *change.folded) for f in state.deletes.get(v, ())]
+def dropped_files(state: PublishedState, whole: Iterable[Any], folded: Mapping[Any, frozenset[str]] = {}
+                  ) -> tuple[list[DataFile], list[DataFile]]:
+    """The data and delete files a commit removes: all of the partitions rewritten ``whole``; the
+    small data files (``folded``: value -> their paths) and all delete files of a partition folded
+    (a ``Delta``'s ``whole`` and ``folded``, ``bounded``)."""
+    whole = list(whole)
+    data = state.files_of(whole)
+    data += [f for v, paths in folded.items() for f in state.files.get(v, ()) if f.file_path in paths]
+    return data, [f for v in (*whole, *folded) for f in state.deletes.get(v, ())]
 
 
 def after_commit(state: PublishedState, snapshot_id: int, values: frozenset[Any], rows: Mapping[Any, pa.Table],
