@@ -18,6 +18,35 @@ from lakepub.workspace import Workspace
 from test_janitor import OFFSETS, batch_events, expected_rows, moto_endpoint  # noqa: F401 - fixture
 from test_s3_warm import _s3_workspace
 
+# The end of both scripts: a forked child publishes one batch; the parent then lets its uploads
+# finish (``done``, then ``finish()``) and prints the child's exit code, or "hung" after 90 s.
+_FORK_A_PUBLISHING_CHILD = """
+def child():
+    Workspace.open(root).publish("orders_daily", path, start={"p0": start}, end={"p0": end})
+process = multiprocessing.get_context("fork").Process(target=child)
+process.start()
+process.join(90)
+done.set()
+finish()
+if process.is_alive():
+    process.kill()
+    print(json.dumps({"exitcode": "hung"}))
+else:
+    print(json.dumps({"exitcode": process.exitcode}))
+"""
+
+
+def _forked_child_publishes(script: str, root, tmp_path) -> None:
+    """Run ``script`` (its parent part + ``_FORK_A_PUBLISHING_CHILD``): the child exits 0 and its
+    batch is published, read back by DuckDB equal to the oracle."""
+    path = write_jsonl(tmp_path / "b0.jsonl", batch_events(0))
+    out = subprocess.run([sys.executable, "-c", script, str(root), str(path), str(OFFSETS[0]), str(OFFSETS[1])],
+                         capture_output=True, text=True, timeout=300, cwd=root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"exitcode": 0}, out.stderr[-3000:]
+    assert summary_rows(Workspace.open(root)) == expected_rows(1)  # read back by DuckDB: the oracle
+
+
 # Every upload slot held by a parent thread inside ``_send`` (its stream's write waiting like a
 # request in flight), then a fork: the child publishes one batch.
 _FORK_MID_UPLOAD = """
@@ -40,30 +69,15 @@ for t in threads:
     t.start()
 for _ in range(slots):
     in_flight.acquire()
-def child():
-    Workspace.open(root).publish("orders_daily", path, start={"p0": start}, end={"p0": end})
-process = multiprocessing.get_context("fork").Process(target=child)
-process.start()
-process.join(90)
-done.set()
-for t in threads:
-    t.join()
-if process.is_alive():
-    process.kill()
-    print(json.dumps({"exitcode": "hung"}))
-else:
-    print(json.dumps({"exitcode": process.exitcode}))
-"""
+def finish():
+    for t in threads:
+        t.join()
+""" + _FORK_A_PUBLISHING_CHILD
 
 
 def test_a_child_forked_while_every_upload_slot_is_held_publishes(moto_endpoint, tmp_path):  # noqa: F811
-    root = _s3_workspace(tmp_path / "ws", moto_endpoint, "forked-mid-upload", tmp_path)
-    path = write_jsonl(tmp_path / "b0.jsonl", batch_events(0))
-    out = subprocess.run([sys.executable, "-c", _FORK_MID_UPLOAD, str(root), str(path), str(OFFSETS[0]),
-                          str(OFFSETS[1])], capture_output=True, text=True, timeout=300, cwd=root)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"exitcode": 0}, out.stderr[-3000:]
-    assert summary_rows(Workspace.open(root)) == expected_rows(1)  # read back by DuckDB: the oracle
+    _forked_child_publishes(_FORK_MID_UPLOAD, _s3_workspace(tmp_path / "ws", moto_endpoint, "forked-mid-upload",
+                                                            tmp_path), tmp_path)
 
 
 # A background upload of the parent in flight (``store/uploads.background_upload``), then a fork:
@@ -80,30 +94,16 @@ def in_flight():
     done.wait()
 uploads.background_upload("s3://parent/only/data/0.parquet", in_flight)
 started.wait()
-def child():
-    Workspace.open(root).publish("orders_daily", path, start={"p0": start}, end={"p0": end})
-process = multiprocessing.get_context("fork").Process(target=child)
-process.start()
-process.join(90)
-done.set()
-if process.is_alive():
-    process.kill()
-    print(json.dumps({"exitcode": "hung"}))
-else:
-    print(json.dumps({"exitcode": process.exitcode}))
-"""
+def finish():
+    pass
+""" + _FORK_A_PUBLISHING_CHILD
 
 
 def test_a_child_forked_during_a_background_upload_publishes(moto_endpoint, tmp_path):  # noqa: F811
     """The parent's upload is not the child's: no metadata file the child writes names it, and
     the thread that would finish its future does not exist in the child."""
-    root = _s3_workspace(tmp_path / "ws", moto_endpoint, "forked-mid-background", tmp_path)
-    path = write_jsonl(tmp_path / "b0.jsonl", batch_events(0))
-    out = subprocess.run([sys.executable, "-c", _FORK_MID_BACKGROUND_UPLOAD, str(root), str(path),
-                          str(OFFSETS[0]), str(OFFSETS[1])], capture_output=True, text=True, timeout=300, cwd=root)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"exitcode": 0}, out.stderr[-3000:]
-    assert summary_rows(Workspace.open(root)) == expected_rows(1)  # read back by DuckDB: the oracle
+    _forked_child_publishes(_FORK_MID_BACKGROUND_UPLOAD, _s3_workspace(tmp_path / "ws", moto_endpoint,
+                                                                       "forked-mid-background", tmp_path), tmp_path)
 
 
 class _Counting:
