@@ -1,0 +1,117 @@
+"""Review of the bad-input rule (h-bad) across the CLI: "exit 2 with one line naming file, line
+and field; the published state unchanged; no tracebacks for user errors".
+
+Each input here used to end as an internal error (exit 1), or on two stderr lines, or was
+silently taken to mean something else (a YAML key given twice). Every test goes through the CLI
+(``cli``: click's CliRunner) and, where a command could write, checks the catalog's metadata
+pointers are unchanged (``published_pointers``) and reads the data back with ``lakepub query``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import published_pointers, write_jsonl
+from lakepub.workspace import Workspace
+
+GOOD = {"order_id": "a", "version": 1, "day": "2025-01-01", "cents": 5, "deleted": False}
+CONTRACT = "catalog/contracts/orders@v1.0.yaml"
+DATASET = "catalog/datasets/orders_daily.yaml"
+
+
+def refused(res, *needles: str, code: int = 2) -> str:
+    """Exit ``code``, one line on stderr (no traceback, no 'internal error') holding every needle."""
+    assert res.code == code, (res.code, res.out, res.err)
+    lines = res.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.err
+    assert "Traceback" not in res.err and "internal error" not in res.err, res.err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def published(ws: Workspace, cli) -> list:
+    """What a reader sees: orders_daily's rows read back by `lakepub query` (DuckDB)."""
+    res = cli("query", "SELECT day::VARCHAR AS day, cents, orders FROM orders_daily ORDER BY day", "--format", "json")
+    assert res.code == 0, res.err
+    return json.loads(res.out)
+
+
+@pytest.fixture
+def seeded(ws: Workspace, cli, tmp_path: Path) -> Workspace:
+    """orders_daily published once (one event), its state remembered as ``ws.before``."""
+    res = cli("publish", "orders_daily", "--events", str(write_jsonl(tmp_path / "a.jsonl", [GOOD])),
+              "--start", "{}", "--end", '{"p0": 1}')
+    assert res.code == 0, res.err
+    ws.before = (published_pointers(ws), published(ws, cli))  # type: ignore[attr-defined]
+    return ws
+
+
+def unchanged(ws: Workspace, cli) -> None:
+    assert (published_pointers(ws), published(ws, cli)) == ws.before  # type: ignore[attr-defined]
+
+
+def publish_next(cli, tmp_path: Path):
+    events = write_jsonl(tmp_path / "b.jsonl", [{**GOOD, "order_id": "b"}])
+    return cli("publish", "orders_daily", "--events", str(events), "--start", '{"p0": 1}', "--end", '{"p0": 2}')
+
+
+# --- definition files: bytes that are not UTF-8, a folder, a key given twice ----------------------
+
+
+@pytest.mark.parametrize("rel", ["lakepub.yaml", CONTRACT, DATASET])
+def test_a_definition_file_that_is_not_utf8_names_file_and_line(seeded, cli, ws_path, tmp_path, rel):
+    path = ws_path / rel
+    path.write_bytes(path.read_bytes() + b"# caf\xe9\n")
+    line = len(path.read_bytes().splitlines())
+    refused(publish_next(cli, tmp_path), Path(rel).name, f"line {line}", "UTF-8")
+    path.write_bytes(path.read_bytes().replace(b"\xe9", b""))
+    unchanged(seeded, cli)
+
+
+@pytest.mark.parametrize("rel", [CONTRACT, DATASET])
+def test_a_definition_path_that_is_a_folder_is_refused(seeded, cli, ws_path, tmp_path, rel):
+    path = ws_path / rel
+    saved = path.read_bytes()
+    path.unlink()
+    path.mkdir()
+    refused(publish_next(cli, tmp_path), Path(rel).name, "cannot be read")
+    path.rmdir()
+    path.write_bytes(saved)
+    unchanged(seeded, cli)
+
+
+@pytest.mark.parametrize("rel, text, key", [
+    ("lakepub.yaml", "namespace: elsewhere\n", "namespace"),       # would publish into another namespace
+    (DATASET, "partition: day\n", "partition"),                     # would change the partitioning
+    (CONTRACT, "constraints: {primary_key: [order_id]}\n", "constraints"),
+])
+def test_a_key_given_twice_is_refused_not_the_last_one_kept(seeded, cli, ws_path, tmp_path, rel, text, key):
+    path = ws_path / rel
+    first = next(i for i, line in enumerate(path.read_text().splitlines(), 1) if line.startswith(f"{key}:"))
+    saved = path.read_text()
+    path.write_text(saved + text)
+    second = len(path.read_text().splitlines())
+    refused(publish_next(cli, tmp_path), Path(rel).name, f"'{key}'", f"lines {first} and {second}")
+    path.write_text(saved)
+    unchanged(seeded, cli)
+
+
+def test_a_key_given_twice_in_a_nested_mapping_is_refused(ws_path: Path, cli):
+    path = ws_path / CONTRACT
+    raw = yaml.safe_load(path.read_text())
+    assert "cents" in raw["fields"]
+    path.write_text(path.read_text().replace("  cents: long", "  cents: long\n  cents: string"))
+    refused(cli("status"), "orders@v1.0.yaml", "'cents'", "given twice")
+
+
+def test_contract_lint_reports_a_file_that_is_not_utf8_as_a_finding(ws_path: Path, cli, tmp_path):
+    bad = tmp_path / "bad@v1.0.yaml"
+    bad.write_bytes(b"name: bad\n# \xff\n")
+    res = cli("contract", "lint", str(bad))
+    assert res.code == 1 and "Traceback" not in res.err and "internal error" not in res.err, res.err
+    assert f"{bad}:2 SCHEMA.VALID error not UTF-8" in res.out
