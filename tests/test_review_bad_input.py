@@ -115,3 +115,15 @@ def test_contract_lint_reports_a_file_that_is_not_utf8_as_a_finding(ws_path: Pat
     res = cli("contract", "lint", str(bad))
     assert res.code == 1 and "Traceback" not in res.err and "internal error" not in res.err, res.err
     assert f"{bad}:2 SCHEMA.VALID error not UTF-8" in res.out
+
+
+# --- lakepub query: SQL without a statement ----------------------------------------------------
+
+
+@pytest.mark.parametrize("sql", ["", "   ", ";", " -- nothing but a comment", "/* and */ ;"])
+def test_a_query_without_a_statement_is_invalid_input(seeded, cli, sql):
+    for _ in range(2):  # the full path, then the quick path it remembered
+        refused(cli("query", sql), "no statement", "SELECT")
+    res = cli("query", sql, "--format", "json")
+    assert res.code == 2 and json.loads(res.out)["kind"] == "invalid_input", res.out
+    unchanged(seeded, cli)
