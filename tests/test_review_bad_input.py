@@ -127,3 +127,26 @@ def test_a_query_without_a_statement_is_invalid_input(seeded, cli, sql):
     res = cli("query", sql, "--format", "json")
     assert res.code == 2 and json.loads(res.out)["kind"] == "invalid_input", res.out
     unchanged(seeded, cli)
+
+
+# --- a derived dataset's input expression over a column its input does not have ---------------
+
+MONTHLY = """name: monthly
+projection:
+  kind: sql
+  inputs:
+    orders_daily: {expr}
+  query: SELECT CAST(date_trunc('month', day) AS DATE) AS month, sum(cents) AS cents FROM orders_daily GROUP BY 1
+partition: month(month)
+"""
+
+
+@pytest.mark.parametrize("expr, needle", [("month(nope)", "'nope', which is not a column"),
+                                          ("month(cents)", "cannot be applied to 'cents'")])
+@pytest.mark.parametrize("command", ["plan", "reconcile"])
+def test_an_input_expression_over_a_missing_or_wrong_column_names_the_key(seeded, cli, ws_path, expr, needle,
+                                                                          command):
+    (ws_path / "catalog/datasets/monthly.yaml").write_text(MONTHLY.format(expr=expr))
+    refused(cli(command), "monthly.yaml", "'projection.inputs.orders_daily'", needle)
+    assert "monthly" not in cli("tables").out
+    unchanged(seeded, cli)
