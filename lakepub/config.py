@@ -214,6 +214,9 @@ def load_workspace(root: Path) -> WorkspaceConfig:
     if not isinstance(raw.get("catalog"), dict) or not raw["catalog"]:
         raise ConfigError(f"{path}: 'catalog' must be a mapping of pyiceberg catalog properties")
     parsed: _WorkspaceFile = _parse(_WorkspaceFile, raw, path)
+    if not all(part.strip() for part in parsed.namespace.split(".")):
+        raise ConfigError(f"{path}: 'namespace' must be an Iceberg namespace (names separated by dots, none of them "
+                          f"blank), not {parsed.namespace!r}")
     resolved = {str(k): _resolve(str(k), os.path.expandvars(str(v)), root) for k, v in parsed.catalog.items()}
     catalog_dir = Path(parsed.catalog_dir)
     derived: dict[str, Any] = {}

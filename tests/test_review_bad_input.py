@@ -150,3 +150,14 @@ def test_an_input_expression_over_a_missing_or_wrong_column_names_the_key(seeded
     refused(cli(command), "monthly.yaml", "'projection.inputs.orders_daily'", needle)
     assert "monthly" not in cli("tables").out
     unchanged(seeded, cli)
+
+
+@pytest.mark.parametrize("namespace", ["", " ", "lakepub.", "a..b"])
+def test_a_blank_namespace_in_lakepub_yaml_names_the_key(seeded, cli, ws_path, tmp_path, namespace):
+    path = ws_path / "lakepub.yaml"
+    saved = path.read_text()
+    path.write_text(saved.replace("namespace: lakepub", f"namespace: '{namespace}'"))
+    refused(cli("status"), "lakepub.yaml", "'namespace'")
+    refused(publish_next(cli, tmp_path), "lakepub.yaml", "'namespace'")
+    path.write_text(saved)
+    unchanged(seeded, cli)
