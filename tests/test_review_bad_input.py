@@ -161,3 +161,23 @@ def test_a_blank_namespace_in_lakepub_yaml_names_the_key(seeded, cli, ws_path, t
     refused(publish_next(cli, tmp_path), "lakepub.yaml", "'namespace'")
     path.write_text(saved)
     unchanged(seeded, cli)
+
+
+# --- lakepub wait: bad input is refused before "waiting for ..." ------------------------------
+
+
+@pytest.mark.parametrize("args, needle", [(["nope"], "unknown dataset 'nope'"),
+                                          (["orders_daily", "--data-version", "abc"], "--data-version"),
+                                          (["orders_daily", "--partition", "2025-10-01"], "--partition")])
+def test_wait_refuses_bad_input_on_its_one_line(seeded, cli, args, needle):
+    refused(cli("wait", *args, "--timeout", "0s"), needle)
+
+
+def test_wait_outside_a_workspace_is_one_line(tmp_path: Path):
+    from click.testing import CliRunner
+
+    from lakepub.cli import main
+
+    res = CliRunner().invoke(main, ["-w", str(tmp_path), "wait", "orders_daily", "--timeout", "0s"])
+    assert res.exit_code == 2 and res.stderr.strip().splitlines() == [
+        f"error: no lakepub.yaml in {tmp_path} or any parent folder; run 'lakepub init' first"], res.stderr
