@@ -181,3 +181,23 @@ def test_wait_outside_a_workspace_is_one_line(tmp_path: Path):
     res = CliRunner().invoke(main, ["-w", str(tmp_path), "wait", "orders_daily", "--timeout", "0s"])
     assert res.exit_code == 2 and res.stderr.strip().splitlines() == [
         f"error: no lakepub.yaml in {tmp_path} or any parent folder; run 'lakepub init' first"], res.stderr
+
+
+# --- events: a JSON line nested too deeply ------------------------------------------------------
+
+
+@pytest.mark.parametrize("nested", ["[" * 100_000 + "]" * 100_000, '{"a":' * 100_000 + "1" + "}" * 100_000])
+def test_a_jsonl_line_nested_too_deeply_names_file_and_line(seeded, cli, tmp_path, nested):
+    path = tmp_path / "b.jsonl"
+    path.write_text(json.dumps({**GOOD, "order_id": "b"}) + "\n" + nested + "\n")
+    res = cli("publish", "orders_daily", "--events", str(path), "--start", '{"p0": 1}', "--end", '{"p0": 3}')
+    refused(res, "b.jsonl:2", "nested too deeply")
+    unchanged(seeded, cli)
+
+
+def test_a_landing_line_nested_too_deeply_names_file_and_line(seeded, cli, ws_path):
+    folder = ws_path / "landing/orders/p0"
+    folder.mkdir(parents=True)
+    (folder / "00000.jsonl").write_text(json.dumps(GOOD) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
+    refused(cli("run", "orders_daily"), "00000.jsonl:2", "nested too deeply")
+    unchanged(seeded, cli)
