@@ -201,3 +201,14 @@ def test_a_landing_line_nested_too_deeply_names_file_and_line(seeded, cli, ws_pa
     (folder / "00000.jsonl").write_text(json.dumps(GOOD) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
     refused(cli("run", "orders_daily"), "00000.jsonl:2", "nested too deeply")
     unchanged(seeded, cli)
+
+
+# --- lakepub retire: a grace no timestamp can end -----------------------------------------------
+
+
+def test_a_grace_past_the_year_9999_is_refused_and_nothing_retired(seeded, cli):
+    refused(cli("retire", "orders_daily", "--grace", "99999999999d"), "--grace", "year 9999")
+    res = cli("state", "orders_daily", "--format", "json")
+    assert res.code == 0 and res.json()["readiness"] == "published", (res.err, res.out)
+    unchanged(seeded, cli)
+    assert cli("retire", "orders_daily", "--grace", "520w").code == 0  # ten years is fine
