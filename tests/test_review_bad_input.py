@@ -212,3 +212,15 @@ def test_a_grace_past_the_year_9999_is_refused_and_nothing_retired(seeded, cli):
     assert res.code == 0 and res.json()["readiness"] == "published", (res.err, res.out)
     unchanged(seeded, cli)
     assert cli("retire", "orders_daily", "--grace", "520w").code == 0  # ten years is fine
+
+
+# --- lakepub run: a landing partition holding fewer records than the committed position ---------
+
+
+@pytest.mark.parametrize("content", [b"", json.dumps(GOOD).encode()[:10]])  # empty; one unfinished line
+def test_a_landing_partition_behind_the_committed_position_names_its_folder(seeded, cli, ws_path, content):
+    folder = ws_path / "landing/orders/p0"
+    folder.mkdir(parents=True)
+    (folder / "00000.jsonl").write_bytes(content)
+    refused(cli("run", "orders_daily"), f"{folder}:", "p0=1", "beyond its 0 record(s)")
+    unchanged(seeded, cli)
