@@ -410,6 +410,8 @@ def compact(ctx: click.Context, dataset: str, dry_run: bool, deletes_only: bool,
     from lakepub.maintenance.compact import compact_ledger
     from lakepub.maintenance.fold import fold_deletes, needs_folding
 
+    if not 0.0 <= fold_threshold <= 1.0:  # nan passes click's FloatRange: refused before the ledger is compacted
+        raise UserError(f"--fold-threshold must be between 0 and 1, got {fold_threshold}; nothing was compacted")
     ws = _ws(ctx)
     result = None if deletes_only else compact_ledger(ws, dataset, dry_run=dry_run)
     published = ws.published_tables()

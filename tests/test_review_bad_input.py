@@ -224,3 +224,12 @@ def test_a_landing_partition_behind_the_committed_position_names_its_folder(seed
     (folder / "00000.jsonl").write_bytes(content)
     refused(cli("run", "orders_daily"), f"{folder}:", "p0=1", "beyond its 0 record(s)")
     unchanged(seeded, cli)
+
+
+# --- lakepub compact: --fold-threshold nan ----------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN"])
+def test_a_nan_fold_threshold_is_refused_before_the_ledger_is_compacted(seeded, cli, value):
+    refused(cli("compact", "orders_daily", "--fold-threshold", value), "--fold-threshold", "nothing was compacted")
+    unchanged(seeded, cli)
