@@ -233,3 +233,20 @@ def test_a_landing_partition_behind_the_committed_position_names_its_folder(seed
 def test_a_nan_fold_threshold_is_refused_before_the_ledger_is_compacted(seeded, cli, value):
     refused(cli("compact", "orders_daily", "--fold-threshold", value), "--fold-threshold", "nothing was compacted")
     unchanged(seeded, cli)
+
+
+# --- lakepub.yaml: ${VAR} not set --------------------------------------------------------------
+
+
+def test_an_unset_variable_in_the_catalog_is_refused_not_used_as_text(seeded, cli, ws_path, tmp_path, monkeypatch):
+    monkeypatch.delenv("LAKEPUB_TEST_UNSET", raising=False)
+    path = ws_path / "lakepub.yaml"
+    saved = path.read_text()
+    path.write_text(saved.replace("warehouse: .lakepub/warehouse", "warehouse: ${LAKEPUB_TEST_UNSET}/warehouse"))
+    refused(publish_next(cli, tmp_path), "lakepub.yaml", "'catalog.warehouse'", "LAKEPUB_TEST_UNSET", "not set")
+    refused(cli("catalog-config"), "'catalog.warehouse'", "LAKEPUB_TEST_UNSET")
+    assert not (ws_path / "${LAKEPUB_TEST_UNSET}").exists()
+    monkeypatch.setenv("LAKEPUB_TEST_UNSET", ".lakepub")  # set: expanded as before
+    assert cli("catalog-config", "--format", "json").code == 0
+    path.write_text(saved)
+    unchanged(seeded, cli)
