@@ -250,3 +250,24 @@ def test_an_unset_variable_in_the_catalog_is_refused_not_used_as_text(seeded, cl
     assert cli("catalog-config", "--format", "json").code == 0
     path.write_text(saved)
     unchanged(seeded, cli)
+
+
+# --- lakepub query: two columns of one name (SELECT * over a self-join) ---------------------------
+
+JOIN = "SELECT * FROM orders_daily a JOIN orders_daily b ON a.day = b.day"
+
+
+def test_two_columns_of_one_name_are_both_shown_as_table_and_csv(seeded, cli):
+    for _ in range(2):  # the full path, then the quick path
+        res = cli("query", JOIN, "--format", "csv")
+        assert res.code == 0, res.err
+        assert res.out.splitlines() == ["day,cents,orders,day,cents,orders", "2025-01-01,5,1,2025-01-01,5,1"]
+        res = cli("query", "SELECT 1 AS a, 2 AS a")
+        assert res.code == 0 and res.out.splitlines()[2].split() == ["1", "2"], (res.out, res.err)
+
+
+def test_two_columns_of_one_name_as_json_are_invalid_input_not_a_dropped_column(seeded, cli):
+    for _ in range(2):
+        res = cli("query", JOIN, "--format", "json")
+        refused(res, "two columns one name ('day')", "AS name")
+        assert json.loads(res.out)["kind"] == "invalid_input"
