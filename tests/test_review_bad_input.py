@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import published_pointers, write_jsonl
+from conftest import CliResult, published_pointers, write_jsonl
 from lakepub.workspace import Workspace
 
 GOOD = {"order_id": "a", "version": 1, "day": "2025-01-01", "cents": 5, "deleted": False}
@@ -271,3 +271,17 @@ def test_two_columns_of_one_name_as_json_are_invalid_input_not_a_dropped_column(
         res = cli("query", JOIN, "--format", "json")
         refused(res, "two columns one name ('day')", "AS name")
         assert json.loads(res.out)["kind"] == "invalid_input"
+
+
+# --- lakepub init below a file ------------------------------------------------------------------
+
+
+def test_init_below_a_file_is_invalid_input(tmp_path: Path):
+    from click.testing import CliRunner
+
+    from lakepub.cli import main
+
+    (tmp_path / "afile").write_text("x")
+    res = CliRunner().invoke(main, ["init", str(tmp_path / "afile" / "ws")])
+    refused(CliResult(res.exit_code, res.stdout, res.stderr), "afile", "not a file")
+    assert (tmp_path / "afile").read_text() == "x"
