@@ -285,3 +285,16 @@ def test_init_below_a_file_is_invalid_input(tmp_path: Path):
     res = CliRunner().invoke(main, ["init", str(tmp_path / "afile" / "ws")])
     refused(CliResult(res.exit_code, res.stdout, res.stderr), "afile", "not a file")
     assert (tmp_path / "afile").read_text() == "x"
+
+
+# --- lakepub contract promote: the option a bad date came from -------------------------------------
+
+
+@pytest.mark.parametrize("option", ["--since", "--at"])
+def test_a_bad_promote_date_names_its_own_option(ws_path: Path, cli, option):
+    contract = ws_path / CONTRACT
+    saved = contract.read_text()
+    res = cli("contract", "promote", "contracts/orders@v1.0", "--to", "VALIDATED", option, "yesterday", "--dry-run")
+    line = refused(res, f"{option}: 'yesterday' is not a date")
+    assert ({"--since", "--at"} - {option}).pop() not in line
+    assert contract.read_text() == saved
