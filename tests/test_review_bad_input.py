@@ -298,3 +298,15 @@ def test_a_bad_promote_date_names_its_own_option(ws_path: Path, cli, option):
     line = refused(res, f"{option}: 'yesterday' is not a date")
     assert ({"--since", "--at"} - {option}).pop() not in line
     assert contract.read_text() == saved
+
+
+# --- events: a valid line longer than Arrow's 1 MiB block -------------------------------------------
+
+
+def test_an_event_line_longer_than_a_mib_is_published_not_refused_vaguely(seeded, cli, tmp_path):
+    long_id = {**GOOD, "order_id": "x" * ((1 << 20) + 100), "day": "2025-01-02", "cents": 7}
+    path = write_jsonl(tmp_path / "long.jsonl", [{**GOOD, "order_id": "b"}, long_id])
+    res = cli("publish", "orders_daily", "--events", str(path), "--start", '{"p0": 1}', "--end", '{"p0": 3}')
+    assert res.code == 0, res.err
+    assert published(seeded, cli) == [{"day": "2025-01-01", "cents": 10, "orders": 2},
+                                      {"day": "2025-01-02", "cents": 7, "orders": 1}]
