@@ -328,3 +328,26 @@ def test_an_event_line_longer_than_a_mib_is_published_not_refused_vaguely(seeded
 def test_a_duration_too_long_to_sleep_on_is_invalid_input(seeded, cli, args, option):
     refused(cli(*args), f"for {option}", "at most 14880w")
     unchanged(seeded, cli)
+
+
+# --- integers past Python's 4300-digit limit ------------------------------------------------------
+
+HUGE = "9" * 5000
+
+
+def test_a_jsonl_integer_of_5000_digits_names_file_and_line(seeded, cli, tmp_path):
+    path = tmp_path / "b.jsonl"
+    huge = json.dumps(GOOD).replace('"cents": 5', f'"cents": {HUGE}')
+    path.write_text(json.dumps({**GOOD, "order_id": "b"}) + "\n" + huge + "\n")
+    res = cli("publish", "orders_daily", "--events", str(path), "--start", '{"p0": 1}', "--end", '{"p0": 3}')
+    refused(res, "b.jsonl:2", "more than 4300 digits")
+    unchanged(seeded, cli)
+
+
+@pytest.mark.parametrize("option", ["--start", "--end"])
+def test_a_vector_offset_of_5000_digits_is_invalid_input(seeded, cli, tmp_path, option):
+    vectors = {"--start": '{"p0": 1}', "--end": '{"p0": 2}', option: f'{{"p0": {HUGE}}}'}
+    events = write_jsonl(tmp_path / "b.jsonl", [{**GOOD, "order_id": "b"}])
+    res = cli("publish", "orders_daily", "--events", str(events), *[x for o in ("--start", "--end") for x in (o, vectors[o])])
+    assert len(refused(res, f"{option[2:]} vector", "more than 4300 digits")) < 200
+    unchanged(seeded, cli)

@@ -410,6 +410,8 @@ def _locate_jsonl_error(fh: BinaryIO, where: str, plan: _Plan) -> int | None:
             record = json.loads(line, parse_float=plan.parse_float, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as exc:
             raise InvalidEvent(f"{where}:{lineno}", "-", f"is not valid JSON ({exc.msg})") from None
+        except ValueError:  # Python's limit on integer literals: no field of an event holds one that long
+            raise InvalidEvent(f"{where}:{lineno}", "-", "holds an integer of more than 4300 digits") from None
         except RecursionError:  # arrays or objects nested thousands deep: no event is
             raise InvalidEvent(f"{where}:{lineno}", "-", "is not an event (JSON nested too deeply)") from None
         except _Bad as bad:
