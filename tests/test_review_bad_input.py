@@ -348,6 +348,7 @@ def test_a_jsonl_integer_of_5000_digits_names_file_and_line(seeded, cli, tmp_pat
 def test_a_vector_offset_of_5000_digits_is_invalid_input(seeded, cli, tmp_path, option):
     vectors = {"--start": '{"p0": 1}', "--end": '{"p0": 2}', option: f'{{"p0": {HUGE}}}'}
     events = write_jsonl(tmp_path / "b.jsonl", [{**GOOD, "order_id": "b"}])
-    res = cli("publish", "orders_daily", "--events", str(events), *[x for o in ("--start", "--end") for x in (o, vectors[o])])
+    res = cli("publish", "orders_daily", "--events", str(events), "--start", vectors["--start"],
+              "--end", vectors["--end"])
     assert len(refused(res, f"{option[2:]} vector", "more than 4300 digits")) < 200
     unchanged(seeded, cli)
