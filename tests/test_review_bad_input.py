@@ -352,3 +352,13 @@ def test_a_vector_offset_of_5000_digits_is_invalid_input(seeded, cli, tmp_path, 
               "--end", vectors["--end"])
     assert len(refused(res, f"{option[2:]} vector", "more than 4300 digits")) < 200
     unchanged(seeded, cli)
+
+
+@pytest.mark.parametrize("instant", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"])
+def test_an_as_of_whose_utc_instant_leaves_years_1_to_9999_is_invalid_input(seeded, cli, instant):
+    for _ in range(2):  # the quick path declines, the full path says it
+        refused(cli("status", "--as-of", instant), "--as-of", "year 1 to 9999")
+
+
+def test_a_diff_snapshot_of_5000_digits_is_invalid_input(seeded, cli):
+    refused(cli("diff", "orders_daily", HUGE, "current"), "SNAPSHOT_A", "neither a snapshot id")
