@@ -362,3 +362,21 @@ def test_an_as_of_whose_utc_instant_leaves_years_1_to_9999_is_invalid_input(seed
 
 def test_a_diff_snapshot_of_5000_digits_is_invalid_input(seeded, cli):
     refused(cli("diff", "orders_daily", HUGE, "current"), "SNAPSHOT_A", "neither a snapshot id")
+
+
+# --- output paths where a file stands for a folder, or a folder for a file ------------------------------
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["report", "--out", "{file}/r.html"], "is a file, not a folder"),
+    (["contract", "export", "contracts/orders@v1.0", "--out", "{file}/x"], "Not a directory"),
+    (["metrics", "--textfile", "{dir}"], "lakepub.prom: Is a directory"),
+])
+def test_an_output_path_that_cannot_be_one_is_invalid_input(seeded, cli, tmp_path, args, needle):
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "tf" / "lakepub.prom").mkdir(parents=True)
+    args = [a.format(file=tmp_path / "afile", dir=tmp_path / "tf") for a in args]
+    refused(cli(*args), needle)
+    assert (tmp_path / "afile").read_text() == "x"
+    assert list((tmp_path / "tf").iterdir()) == [tmp_path / "tf/lakepub.prom"]  # no temp file left
+    unchanged(seeded, cli)
