@@ -331,9 +331,10 @@ def status(ctx: click.Context, dataset: str | None, landing: str | None, as_of: 
 def _instant(text: str) -> datetime:
     try:
         at = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise UserError(f"--as-of: {text!r} is not an ISO 8601 instant (e.g. 2026-12-01T08:00:00Z)") from None
-    return at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
+        return at.replace(tzinfo=timezone.utc) if at.tzinfo is None else at.astimezone(timezone.utc)
+    except (ValueError, OverflowError):  # OverflowError: its UTC instant falls before year 1 or after 9999
+        raise UserError(f"--as-of: {text!r} is not an ISO 8601 instant from year 1 to 9999 in UTC "
+                        "(e.g. 2026-12-01T08:00:00Z)") from None
 
 
 @main.command()
@@ -410,6 +411,8 @@ def compact(ctx: click.Context, dataset: str, dry_run: bool, deletes_only: bool,
     from lakepub.maintenance.compact import compact_ledger
     from lakepub.maintenance.fold import fold_deletes, needs_folding
 
+    if not 0.0 <= fold_threshold <= 1.0:  # nan passes click's FloatRange: refused before the ledger is compacted
+        raise UserError(f"--fold-threshold must be between 0 and 1, got {fold_threshold}; nothing was compacted")
     ws = _ws(ctx)
     result = None if deletes_only else compact_ledger(ws, dataset, dry_run=dry_run)
     published = ws.published_tables()

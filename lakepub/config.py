@@ -15,7 +15,8 @@
       folder: .lakepub/cache
       limit_mb: 4096
 
-Catalog keys are passed unchanged except that ``${VAR}`` is expanded from the environment and a
+Catalog keys are passed unchanged except that ``${VAR}`` is expanded from the environment (one
+not set is refused: it would be used as the literal text) and a
 relative SQLite path or a relative warehouse folder is resolved against the workspace folder, so a
 workspace can be moved or cloned (the SQLite URI percent-encoded, the warehouse a ``file://`` URI
 or, for a path holding ``#``, ``?`` or ``%``, the bare path: see ``local_location``). Any other
@@ -30,6 +31,7 @@ problem is one ``ConfigError`` line naming the file and the key path (``constrai
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -214,7 +216,10 @@ def load_workspace(root: Path) -> WorkspaceConfig:
     if not isinstance(raw.get("catalog"), dict) or not raw["catalog"]:
         raise ConfigError(f"{path}: 'catalog' must be a mapping of pyiceberg catalog properties")
     parsed: _WorkspaceFile = _parse(_WorkspaceFile, raw, path)
-    resolved = {str(k): _resolve(str(k), os.path.expandvars(str(v)), root) for k, v in parsed.catalog.items()}
+    if not all(part.strip() for part in parsed.namespace.split(".")):
+        raise ConfigError(f"{path}: 'namespace' must be an Iceberg namespace (names separated by dots, none of them "
+                          f"blank), not {parsed.namespace!r}")
+    resolved = {str(k): _resolve(str(k), _expand(str(k), str(v), path), root) for k, v in parsed.catalog.items()}
     catalog_dir = Path(parsed.catalog_dir)
     derived: dict[str, Any] = {}
     datasets = load_datasets(root / catalog_dir, derived, root / ".lakepub" / "derive")
@@ -336,6 +341,16 @@ def _required(value: str, key: str, path: Path) -> str:
     if not value:
         raise ConfigError(f"{path}: '{key}' is required")
     return value
+
+
+def _expand(key: str, value: str, path: Path) -> str:
+    """``value`` with ``${VAR}`` expanded; a ``${VAR}`` not set is refused (it would be used as
+    the literal text: a warehouse folder named ``${VAR}``, a credential that is not one)."""
+    for found in re.finditer(r"\$\{([^}]*)\}", value):
+        if found.group(1) not in os.environ:
+            raise ConfigError(f"{path}: 'catalog.{key}' uses {found.group(0)}, but the environment variable "
+                              f"{found.group(1)!r} is not set; set it, or write the value in {path.name}")
+    return os.path.expandvars(value)
 
 
 def _resolve(key: str, value: str, root: Path) -> str:

@@ -137,6 +137,8 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
         statements = con.extract_statements(sql)
     except duckdb.Error as exc:
         raise QueryError(f"query failed: {' '.join(str(exc).split())}") from None
+    if not statements:  # empty, blanks or only comments: DuckDB would run nothing and return no result
+        raise QueryError(f"lakepub query: the SQL holds no statement; {READ_ONLY_HELP}")
     for number, statement in enumerate(statements, 1):
         kind = statement.type
         if kind == duckdb.StatementType.EXPLAIN:

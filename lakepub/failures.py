@@ -5,6 +5,8 @@ error families, for the CLI's one error handler and the Python API.
   (exit 4). A full disk during the pointer swap's COMMIT never gets here: ``store/commit.py``
   raises ``OutcomeUnknown`` (exit 5) for any failure of the COMMIT itself.
 * SQLite's "database is locked" after the busy timeout -> ``CatalogBusy`` (exit 4).
+* a file where a folder is expected or a folder where a file is (``ENOTDIR``, ``EISDIR``: an
+  output path like ``report --out`` or ``metrics --textfile`` that cannot be one) -> ``UserError`` (exit 2).
 * DuckDB's "unknown codec" on an Avro manifest -> ``UndecodableManifests`` (exit 3), saying which
   table property to set back.
 * a metadata JSON, manifest list or manifest that pyiceberg cannot parse -> ``CorruptTable``
@@ -20,7 +22,7 @@ import os
 from types import TracebackType
 from typing import Callable, Iterator, ParamSpec, TypeVar
 
-from lakepub.errors import CatalogBusy, CorruptTable, DiskFull, LakepubError, UndecodableManifests
+from lakepub.errors import CatalogBusy, CorruptTable, DiskFull, LakepubError, UndecodableManifests, UserError
 
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 _FULL_TEXTS = ("no space left on device", "database or disk is full", "disk quota exceeded")
@@ -47,6 +49,10 @@ def classify(exc: BaseException) -> LakepubError | None:
                 "write.avro.compression-codec other than gzip (deflate) or null; set the table's "
                 "property back to gzip, pyiceberg's default (manifests written since stay unreadable "
                 "to DuckDB 1.5.5 until they are rewritten)")
+        if isinstance(link, (IsADirectoryError, NotADirectoryError)):  # a path the user gave, never transient
+            where = link.filename2 or link.filename or "a path"  # a rename's target, else the path
+            return UserError(f"{where}: {link.strerror}: a file stands where a folder is expected, or a folder "
+                             "where a file is; give another path (nothing was written there)")
         if _is_db_error(link) and any(t in text.lower() for t in _LOCKED_TEXTS):
             return CatalogBusy(f"the catalog database is locked by another connection ({_db_message(link)}) "
                                "past its busy timeout; nothing was published, retry")

@@ -14,7 +14,11 @@ TEMPLATES = Path(__file__).parent / "templates"
 def init_workspace(folder: Path, *, force: bool = False) -> list[Path]:
     """Create lakepub.yaml, catalog/ (orders_daily + its contract) and landing/; return what was written."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as exc:  # the path, or a folder on it, is a file
+        raise ConfigError(f"cannot create the workspace folder {folder}: {exc.strerror} ({exc.filename}); "
+                          "give a folder path that is not a file or below one") from None
     config = folder / CONFIG_FILE
     if config.exists() and not force:
         raise ConfigError(f"{config} already exists (use --force to overwrite the template files)")

@@ -286,7 +286,8 @@ class LandingSource:
         if max_batch < 1:
             raise InvalidPosition("--max-batch must be at least 1")
         self._wait_prefetch()
-        cursors = {p: _Cursor(self.segments(p), committed.get(p, 0), self.count, self.read_segment, self.contract)
+        cursors = {p: _Cursor(self.segments(p), committed.get(p, 0), self.count, self.read_segment, self.contract,
+                              self.folder / p)
                    for p in self.partitions()}
         ahead = {seg for c in cursors.values() for seg in c.ahead()}
         self.drop_prefetched(lambda seg: seg in ahead)  # what a wrong guess parsed is not kept for the run
@@ -330,7 +331,8 @@ class _Cursor:
     """Reads one partition's records sequentially from an offset, a segment at a time."""
 
     def __init__(self, segments: list[Path], offset: int, count: Callable[[Path, bool], tuple[int, int | None]],
-                 read: Callable[[Path, int | None], pa.Table], contract: Contract = ORDERS_CONTRACT):
+                 read: Callable[[Path, int | None], pa.Table], contract: Contract = ORDERS_CONTRACT,
+                 folder: Path | None = None):
         self._segments = list(segments)
         self._read = read
         self._contract = contract
@@ -342,7 +344,10 @@ class _Cursor:
             self._skip -= self._counts[self._index]
             self._index += 1
         if self._index == len(self._segments) and self._skip > 0:
-            raise InvalidPosition(f"offset {offset} is beyond the {sum(self._counts)} records of this partition")
+            raise InvalidPosition(
+                f"{folder or 'this partition'}: the committed position {folder.name + '=' if folder else ''}{offset} "
+                f"is beyond its {sum(self._counts)} record(s) (published from elsewhere, or segments were removed); "
+                "nothing was published: restore the segments, or give --landing the folder the position counts")
         self.remaining = sum(self._counts[self._index:]) - self._skip
         self._loaded: pa.Table | None = None
 

@@ -46,18 +46,38 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def render_query(result: pa.Table, fmt: str) -> str:
-    pylist = _pylist(result)
-    if fmt == "json":
-        return to_json(pylist)
+    names = list(result.column_names)
+    if len(set(names)) == len(names):
+        pylist = _pylist(result)
+        if fmt == "json":
+            return to_json(pylist)
+        rows = [list(r.values()) for r in pylist]
+    else:  # two columns of one name (SELECT * over a join): rows by position, never a column dropped
+        if fmt == "json":
+            from lakepub.errors import QueryError
+
+            twice = next(n for n in names if names.count(n) > 1)
+            raise QueryError(f"query gives two columns one name ('{twice}'), which a JSON object cannot hold; "
+                             "name each column once (AS name), or use --format table or csv")
+        rows = _by_position(result)
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(result.column_names)
-        for row in pylist:
-            writer.writerow([_cell(v) for v in row.values()])
+        writer.writerow(names)
+        for row in rows:
+            writer.writerow([_cell(v) for v in row])
         return buf.getvalue().rstrip("\n")
-    rows = [list(r.values()) for r in pylist]
-    return table(result.column_names, rows) + f"\n({len(rows)} row{'s' if len(rows) != 1 else ''})"
+    return table(names, rows) + f"\n({len(rows)} row{'s' if len(rows) != 1 else ''})"
+
+
+def _by_position(result: Any) -> list[list[Any]]:
+    """The rows as lists of Python values in column order (``_pylist``'s errors)."""
+    try:
+        columns = [column.to_pylist() for column in result.columns]
+    except (OverflowError, ValueError):
+        _pylist(result)  # raises the QueryError naming the column
+        raise
+    return [list(row) for row in zip(*columns)]
 
 
 def _pylist(result: Any) -> list[dict[str, Any]]:

@@ -39,6 +39,9 @@ def parse_vector(text: str | Mapping[str, int], what: str = "position") -> Vecto
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InvalidPosition(f"{what} vector is not valid JSON: {text!r} ({exc.msg})") from None
+        except ValueError:  # Python's limit on integer literals (4300 digits), not an offset anyway
+            raise InvalidPosition(f"{what} vector holds an integer of more than 4300 digits, which is no "
+                                  f"offset: {text[:40]!r}...") from None
     else:
         raw = dict(text)
     if not isinstance(raw, dict):

@@ -58,11 +58,49 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
+def read_text(path: Path) -> str:
+    """The file's text, or one ConfigError line: not found, not readable (a folder), not UTF-8."""
     try:
-        data = yaml.safe_load(path.read_text())
+        data = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"{path} not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line}); "
+                          "save the file as UTF-8") from None
+
+
+class _UniqueKeys(yaml.SafeLoader):
+    """The safe loader, refusing a key given twice in one mapping (PyYAML keeps the last one
+    silently: the file would not mean what its first occurrence says)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[tuple[str, str], int] = {}
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                if (key.tag, key.value) in seen:
+                    raise _Duplicate(key.value, seen[key.tag, key.value], key.start_mark.line + 1)
+                seen[key.tag, key.value] = key.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+class _Duplicate(Exception):
+    def __init__(self, key: str, first: int, second: int):
+        super().__init__(key, first, second)
+        self.key, self.first, self.second = key, first, second
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    text = read_text(path)
+    try:
+        data = yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 - a SafeLoader
+    except _Duplicate as dup:
+        raise ConfigError(f"{path}: '{dup.key}' is given twice (lines {dup.first} and {dup.second}); "
+                          "YAML would keep only the last one: remove one") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
     if not isinstance(data, dict):

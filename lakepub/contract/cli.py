@@ -90,13 +90,13 @@ def lint(ctx: click.Context, paths: tuple[Path, ...], at: str | None, fmt: str) 
         raise ContractCheckFailed(f"contract lint: {errors} error(s)")
 
 
-def _date(text: str | None) -> dt.date:
+def _date(text: str | None, option: str = "--at") -> dt.date:
     if text is None:
         return dt.datetime.now(dt.timezone.utc).date()
     try:
         return dt.date.fromisoformat(text)
     except ValueError:
-        raise ConfigError(f"--at: {text!r} is not a date (YYYY-MM-DD)") from None
+        raise ConfigError(f"{option}: {text!r} is not a date (YYYY-MM-DD)") from None
 
 
 @contract.command("check")
@@ -230,7 +230,7 @@ def promote(ctx: click.Context, contract_ref: str, target: str, since: str | Non
     config = _workspace_config(root)
     path = _contract_path(contract_ref, root)
     result = run_promote(config, path, target.upper(), today=_date(at),
-                         since=_date(since) if since else None, dry_run=dry_run)
+                         since=_date(since, "--since") if since else None, dry_run=dry_run)
     if fmt == "json":
         click.echo(output.to_json(result.as_dict()))
         return

@@ -41,7 +41,7 @@ from lakepub.contract.model import Contract, load_contract
 from lakepub.contract.spec import COMPAT_MODES
 from lakepub.contract.units import unit_problem
 from lakepub.errors import ConfigError
-from lakepub.yamlfile import key_lines, line_of
+from lakepub.yamlfile import key_lines, line_of, read_text
 
 RULES = {
     "SCHEMA.VALID": "the file loads as a contract",
@@ -97,7 +97,12 @@ def lint_paths(paths: list[Path], today: dt.date | None = None) -> list[Finding]
 
 
 def lint_file(path: Path, today: dt.date) -> list[Finding]:
-    text = path.read_text()
+    try:
+        text = read_text(path)
+    except ConfigError as exc:  # not UTF-8, not a file
+        message = str(exc).removeprefix(f"{path}: ")
+        at = re.search(r"at line (\d+)", message)
+        return [Finding(str(path), int(at.group(1)) if at else 1, "SCHEMA.VALID", "error", message)]
     out = _Out(str(path), key_lines(text))
     try:
         data = yaml.safe_load(text)

@@ -132,8 +132,16 @@ def read_jsonl_events(source: Path | bytes, contract: Contract, where: str | Non
     except (pa.ArrowInvalid, _Invalid):
         pass
     with _open(source) as fh:
-        if not _locate_jsonl_error(fh, where, plan):
-            return empty_events(contract)  # nothing but blank lines: the reader calls that an error
+        longest = _locate_jsonl_error(fh, where, plan)
+    if longest is None:
+        return empty_events(contract)  # nothing but blank lines: the reader calls that an error
+    try:  # every line is an event: one longer than Arrow's block (1 MiB) is what the reader refused
+        raw = pj.read_json(pa.BufferReader(source) if isinstance(source, bytes) else source,
+                           parse_options=plan.json_options,
+                           read_options=pj.ReadOptions(use_threads=use_threads, block_size=max(2 * longest, 1 << 20)))
+        return _finish(raw, plan)
+    except (pa.ArrowInvalid, _Invalid):
+        pass
     raise InvalidEvent(where, "-", "could not be parsed as JSON Lines events")
 
 
@@ -388,20 +396,24 @@ def _open(source: Path | bytes) -> BinaryIO:
     return io.BytesIO(source) if isinstance(source, bytes) else open(source, "rb")
 
 
-def _locate_jsonl_error(fh: BinaryIO, where: str, plan: _Plan) -> bool:
-    """Re-read line by line and raise InvalidEvent for the first bad line; return whether any
-    line holds a record (a file of blank lines holds 0 events)."""
-    seen = False
+def _locate_jsonl_error(fh: BinaryIO, where: str, plan: _Plan) -> int | None:
+    """Re-read line by line and raise InvalidEvent for the first bad line; return the length of
+    the longest line, None when no line holds a record (a file of blank lines holds 0 events)."""
+    seen: int | None = None
     for lineno, raw in enumerate(fh, start=1):
         if not raw.strip():
             continue
-        seen = True
+        seen = max(seen or 0, len(raw))
         # Undecodable bytes survive as lone surrogates, so the field holding them can be named.
         line = raw.decode("utf-8", errors="surrogateescape")
         try:
             record = json.loads(line, parse_float=plan.parse_float, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as exc:
             raise InvalidEvent(f"{where}:{lineno}", "-", f"is not valid JSON ({exc.msg})") from None
+        except ValueError:  # Python's limit on integer literals: no field of an event holds one that long
+            raise InvalidEvent(f"{where}:{lineno}", "-", "holds an integer of more than 4300 digits") from None
+        except RecursionError:  # arrays or objects nested thousands deep: no event is
+            raise InvalidEvent(f"{where}:{lineno}", "-", "is not an event (JSON nested too deeply)") from None
         except _Bad as bad:
             raise InvalidEvent(f"{where}:{lineno}", bad.field, bad.problem) from None
         try:

@@ -97,6 +97,9 @@ def _resolve(graph: Graph) -> dict[str, Resolved]:
                 if upstream not in registered:
                     con.register(upstream, schemas[upstream].empty_table())
                     registered.add(upstream)
+                expr = spec.inputs[upstream].expr  # its column must be one of the input's, of a type it applies to
+                if expr is not None:
+                    expr.check(schemas[upstream], f"{spec.path}: 'projection.inputs.{upstream}'")
             schema = _output_schema(con, spec)
             schemas[name] = schema
             columns = {u: schemas[u].names for u in spec.inputs}
@@ -234,7 +237,7 @@ def column_lineage(spec: DerivedSpec, columns: dict[str, list[str]], outputs: li
 
 # --- the cache ----------------------------------------------------------------------------------
 
-CACHE_FORMAT = 3  # 2: column lineage without SQL comments; 3: columns read implicitly
+CACHE_FORMAT = 4  # 2: column lineage without SQL comments; 3: columns read implicitly; 4: input columns checked
 
 
 def _cache_key(graph: Graph) -> str:

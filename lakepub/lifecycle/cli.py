@@ -68,17 +68,18 @@ def wait(ctx: click.Context, dataset: str, partition: str | None, data_version: 
     sensors and cron chains. Exit 6 when --timeout passes first (distinct from 4, a failed write
     safe to retry, and 3, a refusal: a retired dataset is refused at once); exit 2 for a partition
     label the dataset cannot have. Prints what it waited for and the snapshot that satisfied it."""
-    from lakepub.lifecycle.sensor import describe_wait
+    from lakepub.lifecycle.sensor import check_wait, describe_wait
 
     timeout_s, interval_s = parse_duration(timeout, "--timeout"), parse_duration(interval, "--interval")
     if interval_s <= 0:
         interval_s = 1.0
+    ws = _ws(ctx)
+    check_wait(ws, dataset, partition, data_version)  # bad input: its one error line, not after the banner
     what = describe_wait(dataset, partition, data_version)
     if not (ctx.obj or {}).get("quiet") and fmt != "json":
         click.echo(f"waiting for {what} (timeout {timeout}, every {interval_s:g} s)", err=True)
     from lakepub.lifecycle.sensor import wait_for
 
-    ws = _ws(ctx)
     live = sys.stderr.isatty() and not (ctx.obj or {}).get("quiet")
 
     def on_poll(seen, left: float) -> None:  # a status line on a terminal (schedulers get the lines above)

@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
-from lakepub.errors import BlockedError, CommitContention
+from lakepub.errors import BlockedError, CommitContention, UserError
 from pyiceberg.catalog.sql import SqlCatalog
 
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode
@@ -140,6 +140,11 @@ def retire(ws, dataset: str, *, grace_s: float = DEFAULT_GRACE_S, now: float | N
 
     spec = ws.config.definition(dataset)
     below = sorted(downstream_of(ws.config.root / ws.config.catalog_dir, [dataset]) - {dataset})
+    try:  # a grace ending past what a timestamp can say would be recorded, then unprintable
+        iso(int(((time.time() if now is None else now) + grace_s) * 1000))
+    except (ValueError, OverflowError, OSError):
+        raise UserError(f"--grace: {grace_s:g} s would end after the year 9999; give a shorter grace "
+                        "(e.g. 7d, 52w); nothing was retired") from None
 
     def change(table: Table) -> Retirement | None:
         if retirement_of(table) is not None:

@@ -85,6 +85,16 @@ def satisfied(state: DatasetState, partition: str | None, data_version: str | No
     return found is not None and matches(found.data_version, data_version)
 
 
+def check_wait(ws, dataset: str, partition: str | None, data_version: str | None) -> None:
+    """Refuse (exit 2) what no wait can satisfy: an unknown dataset, a label it cannot have, a
+    data version nothing matches (``lakepub wait`` checks before it says what it waits for)."""
+    ws.config.definition(dataset)
+    if partition is not None:
+        check_label(ws, dataset, partition)
+    if data_version is not None:
+        check_data_version(data_version)
+
+
 def describe_wait(dataset: str, partition: str | None, data_version: str | None) -> str:
     what = f"partition {partition} of {dataset}" if partition is not None else dataset
     return what + (f" at data version {data_version}" if data_version else "")
@@ -95,11 +105,7 @@ def wait_for(ws, dataset: str, *, partition: str | None = None, data_version: st
              clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
              on_poll: Callable[[DatasetState, float], None] | None = None) -> DatasetState:
     """Poll until the condition holds (its state) or ``timeout_s`` passed (WaitTimedOut)."""
-    ws.config.definition(dataset)
-    if partition is not None:
-        check_label(ws, dataset, partition)
-    if data_version is not None:
-        check_data_version(data_version)
+    check_wait(ws, dataset, partition, data_version)
     deadline = clock() + timeout_s
     while True:
         state = dataset_state(ws, dataset)

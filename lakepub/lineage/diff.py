@@ -54,7 +54,7 @@ def resolve_snapshot(table, text: str, where: str) -> int:
         if table.metadata.current_snapshot_id is None:
             raise UserError(f"{where}: the table has no current snapshot")
         return table.metadata.current_snapshot_id
-    if text.lstrip("-").isdigit() and table.snapshot_by_id(int(text)) is not None:
+    if text.lstrip("-").isdigit() and len(text) <= 20 and table.snapshot_by_id(int(text)) is not None:  # int64
         return int(text)
     if len(text) >= 6:
         found = [p for p in sources.publishes(table) if p.batch_id.startswith(text.lower())]

@@ -12,6 +12,7 @@ DEFAULT_OLDER_THAN_S = 3 * 86400.0  # snapshots and unreferenced files younger t
 DEFAULT_RETAIN_LAST = 5  # snapshots kept per branch whatever their age
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+MAX_DURATION_S = 14880 * _UNITS["w"]  # below threading.TIMEOUT_MAX and time.sleep's limit (~2**63 ns)
 _PATTERN = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 
 
@@ -27,7 +28,11 @@ def parse_duration(text: str, option: str = "--older-than") -> float:
             f"invalid duration {text!r} for {option}: expected a whole number and a unit s, m, h, d or w "
             "(e.g. 0s, 90m, 12h, 3d)"
         )
-    return float(int(match.group(1)) * _UNITS[match.group(2)])
+    seconds = int(match.group(1)) * _UNITS[match.group(2)]
+    if seconds > MAX_DURATION_S:  # a sleep, a wait or a timestamp that long overflows
+        raise InvalidDuration(f"invalid duration {text!r} for {option}: at most {format_duration(MAX_DURATION_S)} "
+                              "(about 285 years)")
+    return float(seconds)
 
 
 def format_duration(seconds: float) -> str:

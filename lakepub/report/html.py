@@ -27,6 +27,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from lakepub.errors import UserError
 from lakepub.report import svg
 from lakepub.store.record import publish_duration_s
 
@@ -60,7 +61,10 @@ def write_report(ws, datasets: list[str], out: Path, *, limit: int = 30) -> tupl
             f"<h1>lakepub report</h1><p class=\"meta\">workspace {escape(str(ws.config.root))} · written {now} · "
             f"{nav}</p>\n{body}\n</body></html>\n")
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:  # a file on the way: the folder cannot be made
+        raise UserError(f"--out {out}: {exc.filename} is a file, not a folder; give another path") from None
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(page)
