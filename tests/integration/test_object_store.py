@@ -579,16 +579,10 @@ def test_a_lookup_checks_cached_runs_itself_and_fetches_only_the_others(s3_endpo
 
     from lakepub.store import cache as cache_module
     from lakepub.store.cache import CachedKeyIndex
-    from lakepub.store.key_index import INDEX_SCHEMA
+    from tests.integration.test_review_s3 import index_rows as rows
 
     io = LakepubFileIO(s3_endpoint.s3_properties())
     n = 20_000
-
-    def rows(start: int) -> pa.Table:
-        k1 = np.arange(start, start + n, dtype=np.int64)
-        return pa.table({"k1": k1, "k2": (k1 % 7).astype(np.int32), "version": np.ones(n, np.int64),
-                         "day": pa.array(np.zeros(n, np.int32)).cast(pa.date32()), "cents": k1,
-                         "deleted": np.zeros(n, bool), "compacted": np.zeros(n, bool)}).cast(INDEX_SCHEMA)
 
     ledger = f"s3://{s3_endpoint.bucket}/ensure/ledger"
     folder = tmp_path / "cache"
