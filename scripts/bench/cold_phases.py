@@ -153,6 +153,29 @@ def profiled(fn, profile: bool, tree: str | None = None) -> dict:
     return out
 
 
+def _perf_summary(data: Path, tids: dict[str, str], groups: int = 4) -> list[str]:
+    """CPU seconds of a ``perf record -F 4000 -g`` by Python thread group, and the samples whose
+    stack holds the kernel's page zeroing (``clear_page_erms``), Arrow's S3 output stream
+    (``ObjectOutputStream``), mimalloc's fresh pages (``mi_page_free_list_extend``), Python's GC."""
+    text = subprocess.run(["perf", "script", "-i", str(data), "-F", "tid,ip,sym"], capture_output=True,
+                          text=True).stdout
+    keys = ("cpu", "zeroing", "zeroing under S3 stream", "mimalloc extend", "gc")
+    count: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(keys, 0))
+    for sample in text.split("\n\n"):
+        lines = sample.strip().splitlines()
+        if not lines:
+            continue
+        stack = "\n".join(lines[1:])
+        zero = "clear_page_erms" in stack
+        hits = (True, zero, zero and "ObjectOutputStream" in stack, "mi_page_free_list_extend" in stack,
+                "gc_collect_main" in stack)
+        for group in ("all", tids.get(lines[0].split()[0], "native").rstrip("0123456789_-")):
+            for key, hit in zip(keys, hits):
+                count[group][key] += hit
+    ranked = sorted(count.items(), key=lambda kv: -kv[1]["cpu"])[:groups + 1]
+    return [f"{group:<16} " + "  ".join(f"{key} {n / 4000:.3f}" for key, n in c.items()) for group, c in ranked]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--work", type=Path, required=True, help="kept between invocations (history built once)")
@@ -162,7 +185,7 @@ def main() -> None:
     p.add_argument("--publishes", type=int, default=4, help="per new process (the first is the new one; with "
                                                             "the long-warm one, 5 a round: the 4-publish merge "
                                                             "cycle falls on each in turn)")
-    p.add_argument("--profile", action="store_true", help="pyinstrument, main thread (adds ~5-10%)")
+    p.add_argument("--profile", action="store_true", help="pyinstrument, main thread (adds ~5-10%%)")
     p.add_argument("--perf", type=Path, help="a folder: `perf record -g` of each new process's first publish "
                                              "(new<round>.data; `perf report -i ... --no-children --sort dso,sym`)")
     p.add_argument("--perf-at", type=int, default=0, help="which publish of the new process --perf samples "
@@ -278,6 +301,11 @@ def _report(args, server, warm, new, own, other) -> None:
           [r.get("ended_python") for r in new])
     if args.perf:
         (args.perf / "tids.json").write_text(json.dumps([r["tids"] for r in new]))
+        print(f"  perf, publish {args.perf_at} of each new process: CPU s by thread group (samples / 4000 Hz), of it the "
+              "kernel zeroing pages, that under Arrow's S3 output stream, mimalloc extending pages, Python's GC:")
+        for k, row in enumerate(new):
+            for line in _perf_summary(args.perf / f"new{k}.data", row["tids"]):
+                print(f"    {k}: {line}")
     if args.profile:
         keys = set().union(*(r["functions"] for r in warm + new))
         mf = {k: (sorted(r["functions"].get(k, 0.0) for r in new)[len(new) // 2],
