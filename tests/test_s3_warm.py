@@ -30,12 +30,13 @@ from test_janitor import DATASET, OFFSETS, batch_events, expected_rows, moto_end
 # In a new process: open the workspace and its catalog, report whether the head start is
 # running before any table was loaded (no FileIO made yet), then publish the batches given.
 _PROCESS = """
-import json, sys
+import json, sys, threading
 from pyiceberg.io import pyarrow as pio
 made = []
 real = pio.PyArrowFileIO.__init__
-def counting(self, *a, **k):
-    made.append(type(self).__name__)
+def counting(self, *a, **k):  # the head start's own (it makes the S3 file system) not counted
+    if threading.current_thread().name != "lakepub-start-threads":
+        made.append(type(self).__name__)
     real(self, *a, **k)
 pio.PyArrowFileIO.__init__ = counting
 from lakepub.store import s3_warm
@@ -179,3 +180,77 @@ def test_a_child_forked_after_or_during_the_head_start_publishes(moto_endpoint, 
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"exitcode": 0}, out.stderr[-3000:]
     assert summary_rows(Workspace.open(root)) == expected_rows(1)  # read back by DuckDB: the oracle
+
+
+# The head start makes the warehouse bucket's S3 file system (an AWS client) before the first
+# table load; every FileIO of the process (the catalog's, each table's with its own properties)
+# then uses that one. Here the head start is let finish before anything is loaded, so that who
+# made it is certain.
+_FILE_SYSTEM = """
+import json, sys, threading
+from lakepub.store import s3
+made = []
+real = s3.LakepubFileIO._make_s3_fs
+def recording(self, netloc):
+    made.append(threading.current_thread().name)
+    return real(self, netloc)
+s3.LakepubFileIO._make_s3_fs = recording
+from lakepub.workspace import Workspace
+root, plan = sys.argv[1], json.loads(sys.argv[2])
+ws = Workspace.open(root)
+ws.catalog  # the head start begins
+for thread in threading.enumerate():
+    if thread.name == "lakepub-start-threads":
+        thread.join()
+for path, start, end in plan:
+    ws.publish("orders_daily", path, start={"p0": start}, end={"p0": end})
+print(json.dumps({"made_by": made, "file_systems": len(s3._FILESYSTEMS)}))
+"""
+
+
+def test_the_head_start_makes_the_one_s3_file_system_of_the_process(moto_endpoint, tmp_path):  # noqa: F811
+    root = _s3_workspace(tmp_path / "ws", moto_endpoint, "file-system", tmp_path)
+    plan = [[str(write_jsonl(tmp_path / f"b{i}.jsonl", batch_events(i))), OFFSETS[i], OFFSETS[i + 1]] for i in (0, 1)]
+    out = subprocess.run([sys.executable, "-c", _FILE_SYSTEM, str(root), json.dumps(plan)], capture_output=True,
+                         text=True, timeout=300, cwd=root)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"made_by": ["lakepub-start-threads"], "file_systems": 1}
+    assert summary_rows(Workspace.open(root)) == expected_rows(2)  # read back by DuckDB: the oracle
+
+
+# A thread of the parent is making a file system (its lock held) when another forks: the child
+# makes its own instead of waiting for a thread it does not have.
+_FORK_MID_MAKE = """
+import json, multiprocessing, sys, threading
+from lakepub.store import s3
+props = json.loads(sys.argv[1])
+key = s3._fs_key("bucket", props)
+holding, done = threading.Event(), threading.Event()
+def make_slowly():
+    with s3._FS_LOCK:
+        lock = s3._FS_MAKING.setdefault(key, threading.Lock())
+    with lock:
+        holding.set()
+        done.wait()
+maker = threading.Thread(target=make_slowly)
+maker.start()
+holding.wait()
+def child():
+    s3.LakepubFileIO(props)._initialize_s3_fs("bucket")
+process = multiprocessing.get_context("fork").Process(target=child)
+process.start()
+process.join(60)
+done.set()
+maker.join()
+print(json.dumps({"exitcode": "hung" if process.is_alive() else process.exitcode}))
+if process.is_alive():
+    process.kill()
+"""
+
+
+def test_a_child_forked_while_a_file_system_is_made_makes_its_own(moto_endpoint):  # noqa: F811
+    props = {"s3.endpoint": moto_endpoint, "s3.access-key-id": "k", "s3.secret-access-key": "s", "s3.region": "us-east-1"}
+    out = subprocess.run([sys.executable, "-c", _FORK_MID_MAKE, json.dumps(props)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"exitcode": 0}, out.stderr[-3000:]

@@ -67,11 +67,13 @@ current. The workspace uses it when the warehouse is on S3 and ``py-io-impl`` is
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Mapping
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 from pyiceberg.io import PY_IO_IMPL
@@ -275,8 +277,37 @@ def _quietly(file: _S3File) -> None:
         pass
 
 
-_FILESYSTEMS: dict[tuple, Any] = {}  # (netloc, properties) -> S3FileSystem (``_initialize_s3_fs``)
+_FILESYSTEMS: dict[tuple, Any] = {}  # ``_fs_key`` -> S3FileSystem (``_initialize_s3_fs``)
 _FS_LOCK = threading.Lock()
+_FS_MAKING: dict[tuple, threading.Lock] = {}  # ``_fs_key`` -> held while that file system is made
+
+
+def _fs_key(netloc: str | None, properties: Mapping[str, Any]) -> tuple:
+    """What an S3 file system is made from: the bucket and the ``s3.*`` / ``client.*``
+    properties, all that pyiceberg's ``_initialize_s3_fs`` and ``_make_s3_fs`` read (so the
+    catalog's properties and a table's FileIO, which adds the table's own, share one)."""
+    return netloc, tuple(sorted((str(k), str(v)) for k, v in properties.items()
+                                if str(k).startswith(("s3.", "client."))))
+
+
+def make_file_system(properties: Mapping[str, str]) -> None:
+    """Make the S3 file system of the warehouse's bucket for ``properties`` (a catalog's), as the
+    first table load would: ``store/s3_warm.py``'s head start, off the main thread (an AWS
+    client: 23-36 ms of a new process's first publish on its main thread in profiles)."""
+    netloc = urlsplit(str(properties.get("warehouse", ""))).netloc
+    if netloc:
+        LakepubFileIO(dict(properties))._initialize_s3_fs(netloc)  # noqa: SLF001
+
+
+def _fs_locks_after_fork_in_child() -> None:
+    """A child forked while a thread made a file system would wait forever for its lock."""
+    global _FS_LOCK
+    _FS_LOCK = threading.Lock()
+    _FS_MAKING.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fs_locks_after_fork_in_child)
 
 
 class LakepubFileIO(PyArrowFileIO):
@@ -293,15 +324,20 @@ class LakepubFileIO(PyArrowFileIO):
     def _initialize_s3_fs(self, netloc: str | None) -> Any:
         # pyiceberg makes a FileIO per table it loads, and each made its own S3FileSystem (an AWS
         # client: ~30-40 ms of CPU, twice with the rebuild below) on first use: ~0.6 s of a 1M-event
-        # ``run`` (two tables loaded per batch). The file system is a function of these
-        # properties and thread-safe: one per process for each.
-        key = (netloc, tuple(sorted((str(k), str(v)) for k, v in self.properties.items())))
+        # ``run`` (two tables loaded per batch). The file system is a function of the bucket and
+        # the ``s3.*``/``client.*`` properties (``_fs_key``) and thread-safe: one per process for
+        # each, made once (``store/s3_warm.py`` makes the warehouse bucket's ahead).
+        key = _fs_key(netloc, self.properties)
         with _FS_LOCK:
             fs = _FILESYSTEMS.get(key)
-        if fs is None:
-            fs = self._make_s3_fs(netloc)
-            with _FS_LOCK:
-                fs = _FILESYSTEMS.setdefault(key, fs)
+            making = _FS_MAKING.setdefault(key, threading.Lock()) if fs is None else None
+        if making is not None:
+            with making:  # made once: the head start making it is waited for, not repeated
+                fs = _FILESYSTEMS.get(key)
+                if fs is None:
+                    fs = self._make_s3_fs(netloc)
+                    with _FS_LOCK:
+                        _FILESYSTEMS[key] = fs
         return fs
 
     def _make_s3_fs(self, netloc: str | None) -> Any:

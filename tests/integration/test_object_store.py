@@ -569,3 +569,47 @@ def test_a_failed_background_upload_is_a_retry_with_nothing_published(s3_endpoin
     fresh.run(DATASET)
     assert _published(fresh) == _published_oracle(fresh)
     assert Workspace.open(ws.config.root).verify(DATASET, deep=True).ok
+
+
+def test_a_lookup_checks_cached_runs_itself_and_fetches_only_the_others(s3_endpoint, tmp_path, monkeypatch):
+    """``CachedKeyIndex.ensure`` checks a cached run on the calling thread (size and Arrow magic,
+    as ``fetch``) and sends only the runs missing or damaged to the fetch pool: a new process
+    with a warm cache starts no fetch thread, and a damaged copy is still refetched, never mapped."""
+    import numpy as np
+
+    from lakepub.store import cache as cache_module
+    from lakepub.store.cache import CachedKeyIndex
+    from tests.integration.test_review_s3 import index_rows as rows
+
+    io = LakepubFileIO(s3_endpoint.s3_properties())
+    n = 20_000
+
+    ledger = f"s3://{s3_endpoint.bucket}/ensure/ledger"
+    folder = tmp_path / "cache"
+    writer = CachedKeyIndex(FileCache(folder), ledger).bind(io)
+    runs = writer.append(writer.append([], rows(0)), rows(10 * n))
+    assert len(runs) == 2
+    fetched: list[str] = []
+    submit = cache_module._POOL.submit
+
+    def counting(fn, *args, **kwargs):
+        if fn == FileCache.fetch or getattr(fn, "__func__", None) is FileCache.fetch:
+            fetched.append(args[1])
+        return submit(fn, *args, **kwargs)
+    monkeypatch.setattr(cache_module._POOL, "submit", counting)
+    k1 = np.array([5, 10 * n + 5], dtype=np.int64)
+
+    def looked_up() -> list[int]:
+        reader = CachedKeyIndex(FileCache(folder), ledger).bind(io)  # as a new process: the cache on disk only
+        found, _ = reader.lookup(runs, k1, (k1 % 7).astype(np.int32))
+        return sorted(found.column("cents").to_pylist())
+
+    assert looked_up() == [5, 10 * n + 5] and fetched == []  # all cached: no fetch task at all
+    damaged = writer.folder / runs[1].name
+    good = damaged.read_bytes()
+    damaged.write_bytes(good[:-6] + b"\0" * 6)  # right size, wrong end magic
+    assert looked_up() == [5, 10 * n + 5]
+    assert fetched == [writer.location(runs[1])] and damaged.read_bytes() == good  # refetched, then mapped
+    (writer.folder / runs[0].name).unlink()
+    fetched.clear()
+    assert looked_up() == [5, 10 * n + 5] and fetched == [writer.location(runs[0])]

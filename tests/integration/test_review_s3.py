@@ -141,26 +141,32 @@ def test_a_reader_joining_a_failed_prefetch_fetches_the_file_itself(s3_endpoint,
     prefetch.join(10)
 
 
+def index_rows(start: int, n: int = 20_000):
+    """``n`` key-index rows (``INDEX_SCHEMA``) of consecutive k1 from ``start``, cents = k1."""
+    import numpy as np
+    import pyarrow as pa
+
+    from lakepub.store.key_index import INDEX_SCHEMA
+
+    k1 = np.arange(start, start + n, dtype=np.int64)
+    return pa.table({"k1": k1, "k2": (k1 % 7).astype(np.int32), "version": np.ones(n, np.int64),
+                     "day": pa.array(np.zeros(n, np.int32)).cast(pa.date32()), "cents": k1,
+                     "deleted": np.zeros(n, bool), "compacted": np.zeros(n, bool)}).cast(INDEX_SCHEMA)
+
+
 def test_key_index_runs_beyond_the_cache_limit_are_still_looked_up(s3_endpoint, tmp_path):
     """A lookup fetches every run of the ledger snapshot into the cache, then maps them. When the
     runs together exceed the cache limit, fetching the later ones must not evict the earlier ones
     before they are mapped (else every lookup falls back to scanning the ledger, and every new
     ledger snapshot is written without an index: a silent, permanent loss of the index)."""
     import numpy as np
-    import pyarrow as pa
 
     from lakepub.store.cache import CachedKeyIndex, FileCache
-    from lakepub.store.key_index import INDEX_SCHEMA
     from lakepub.store.s3 import LakepubFileIO
 
     io = LakepubFileIO(s3_endpoint.s3_properties())
     n = 20_000
-
-    def rows(start: int) -> pa.Table:
-        k1 = np.arange(start, start + n, dtype=np.int64)
-        return pa.table({"k1": k1, "k2": (k1 % 7).astype(np.int32), "version": np.ones(n, np.int64),
-                         "day": pa.array(np.zeros(n, np.int32)).cast(pa.date32()), "cents": k1,
-                         "deleted": np.zeros(n, bool), "compacted": np.zeros(n, bool)}).cast(INDEX_SCHEMA)
+    rows = index_rows
 
     ledger = f"s3://{s3_endpoint.bucket}/limit/{uuid.uuid4().hex}/ledger"
     writer = CachedKeyIndex(FileCache(tmp_path / "w", limit=1 << 40), ledger).bind(io)
