@@ -25,7 +25,11 @@ which wait on S3 round trips and the disk:
   in a circular import.
 
 Nothing here changes what a publish does or reads: it is a head start only (a failed import is
-ignored; the publish imports it again and reports it). It adds no request to the store. A fork
+ignored; the publish imports it again and reports it). It adds no request to the store, but for
+one when no region is configured (``s3.region``/``client.region``): pyiceberg asks AWS for the
+bucket's region as it makes the file system (a HeadBucket, cached per process: the first table
+load's own, made earlier; a process ending before any table load, a refused batch, makes it too,
+and its exit waits for it). A fork
 waits for the module being imported, and the child gets new pools and its own head start
 (``_before_fork``, ``_after_fork_in_child``). The exit waits for an S3 file system being made
 (``_before_exit``: pyarrow finalizing S3 under it crashed the process).
