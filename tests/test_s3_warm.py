@@ -254,3 +254,25 @@ def test_a_child_forked_while_a_file_system_is_made_makes_its_own(moto_endpoint)
                          timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"exitcode": 0}, out.stderr[-3000:]
+
+
+# A process that ends right after the head start began (a refused batch, a short command, a
+# script): the head start may be making the S3 file system (an AWS client, in C++) while the
+# interpreter exits and pyarrow finalizes S3 (its atexit): that crashed the process
+# (SIGSEGV, or abort "exception not rethrown"), turning an exit 0 or 2 into a crash.
+_EXIT_MID_MAKE = """
+import sys, time
+from lakepub.store import s3
+props = {"warehouse": "s3://bucket/wh", "s3.endpoint": "http://127.0.0.1:9", "s3.access-key-id": "k",
+         "s3.secret-access-key": "s", "s3.region": "us-east-1"}
+s3.head_start(props)
+time.sleep(float(sys.argv[1]))
+print("exiting")
+"""
+
+
+def test_a_process_exiting_while_the_head_start_makes_the_file_system_exits_cleanly():
+    for delay in ("0", "0", "0", "0.005", "0.02"):
+        out = subprocess.run([sys.executable, "-c", _EXIT_MID_MAKE, delay], capture_output=True, text=True,
+                             timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+        assert (out.returncode, out.stdout.strip()) == (0, "exiting"), (delay, out.returncode, out.stderr[-2000:])

@@ -285,7 +285,9 @@ _FS_MAKING: dict[tuple, threading.Lock] = {}  # ``_fs_key`` -> held while that f
 def _fs_key(netloc: str | None, properties: Mapping[str, Any]) -> tuple:
     """What an S3 file system is made from: the bucket and the ``s3.*`` / ``client.*``
     properties, all that pyiceberg's ``_initialize_s3_fs`` and ``_make_s3_fs`` read (so the
-    catalog's properties and a table's FileIO, which adds the table's own, share one)."""
+    catalog's properties and a table's FileIO, which adds the table's own, share one). What pyarrow
+    reads from the environment (``AWS_*``) is not part of the key: a process changing it after its
+    first file system was made (by its head start too) may keep using that one."""
     return netloc, tuple(sorted((str(k), str(v)) for k, v in properties.items()
                                 if str(k).startswith(("s3.", "client."))))
 

@@ -367,7 +367,11 @@ def test_a_download_killed_midway_leaves_no_file_to_serve(s3_endpoint, tmp_path)
         time.sleep(0.02)
     partial = list(final.parent.glob(".part-*"))
     assert partial and proc.poll() is None
-    time.sleep(0.2)
+    # Killed once some bytes reached the disk (polled, not a fixed sleep: under load the first
+    # buffered writes of the slow download may land well after 0.2 s), while it still runs.
+    while partial[0].stat().st_size == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert partial[0].stat().st_size > 0 and proc.poll() is None
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not final.exists()  # only the temporary file, which nothing reads
