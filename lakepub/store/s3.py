@@ -73,7 +73,6 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Mapping
-from urllib.parse import urlsplit
 
 import pyarrow as pa
 from pyiceberg.io import PY_IO_IMPL
@@ -287,18 +286,9 @@ def _fs_key(netloc: str | None, properties: Mapping[str, Any]) -> tuple:
     properties, all that pyiceberg's ``_initialize_s3_fs`` and ``_make_s3_fs`` read (so the
     catalog's properties and a table's FileIO, which adds the table's own, share one). What pyarrow
     reads from the environment (``AWS_*``) is not part of the key: a process changing it after its
-    first file system was made (by its head start too) may keep using that one."""
+    first file system was made may keep using that one."""
     return netloc, tuple(sorted((str(k), str(v)) for k, v in properties.items()
                                 if str(k).startswith(("s3.", "client."))))
-
-
-def make_file_system(properties: Mapping[str, str]) -> None:
-    """Make the S3 file system of the warehouse's bucket for ``properties`` (a catalog's), as the
-    first table load would: ``store/s3_warm.py``'s head start, off the main thread (an AWS
-    client: 23-36 ms of a new process's first publish on its main thread in profiles)."""
-    netloc = urlsplit(str(properties.get("warehouse", ""))).netloc
-    if netloc:
-        LakepubFileIO(dict(properties))._initialize_s3_fs(netloc)  # noqa: SLF001
 
 
 def _fs_locks_after_fork_in_child() -> None:
@@ -328,13 +318,13 @@ class LakepubFileIO(PyArrowFileIO):
         # client: ~30-40 ms of CPU, twice with the rebuild below) on first use: ~0.6 s of a 1M-event
         # ``run`` (two tables loaded per batch). The file system is a function of the bucket and
         # the ``s3.*``/``client.*`` properties (``_fs_key``) and thread-safe: one per process for
-        # each, made once (``store/s3_warm.py`` makes the warehouse bucket's ahead).
+        # each, made once (two threads loading tables at once: the second waits for the first's).
         key = _fs_key(netloc, self.properties)
         with _FS_LOCK:
             fs = _FILESYSTEMS.get(key)
             making = _FS_MAKING.setdefault(key, threading.Lock()) if fs is None else None
         if making is not None:
-            with making:  # made once: the head start making it is waited for, not repeated
+            with making:  # made once: another thread making it is waited for, not repeated
                 fs = _FILESYSTEMS.get(key)
                 if fs is None:
                     fs = self._make_s3_fs(netloc)

@@ -13,26 +13,15 @@ which wait on S3 round trips and the disk:
   started its ~40 pool threads that way, each start waiting for the GIL behind the Parquet
   encoding of the threads started before it (~0.35 s of a 1M-order publish in a profile).
   Started here they cost ~0.1 ms each;
-* the S3 file system of the warehouse's bucket (an AWS client), with the catalog's properties
-  when a publish or the catalog's opening starts the head start: made here, right after a
-  SQLite catalog's driver and dialect, it is the one every FileIO of the process uses
-  (``s3.make_file_system``; a first table load that finds it being made waits for it). It cost
-  a new process's main thread 23-36 ms at its first table load (profiles, S3 +30 ms, 1M and 10M
-  orders; session 11);
 * the modules a publish imports on first use (``LATE_IMPORTS``, found by diffing ``sys.modules``
   of a new process before and after one publish). Only third-party leaf modules: importing one
   of lakepub's own here, while the main thread may be importing its importers, could meet it
   in a circular import.
 
 Nothing here changes what a publish does or reads: it is a head start only (a failed import is
-ignored; the publish imports it again and reports it). It adds no request to the store, but for
-one when no region is configured (``s3.region``/``client.region``): pyiceberg asks AWS for the
-bucket's region as it makes the file system (a HeadBucket, cached per process: the first table
-load's own, made earlier; a process ending before any table load, a refused batch, makes it too,
-and its exit waits for it). A fork
+ignored; the publish imports it again and reports it). It adds no request to the store. A fork
 waits for the module being imported, and the child gets new pools and its own head start
-(``_before_fork``, ``_after_fork_in_child``). The exit waits for an S3 file system being made
-(``_before_exit``: pyarrow finalizing S3 under it crashed the process).
+(``_before_fork``, ``_after_fork_in_child``).
 
 Measured (``scripts/bench/cold_publish_ab.py``, interleaved with main, S3 +30 ms, on a machine
 at load 9-30): the new process's publish, median of 8 pairs at 10M orders, 4.99 -> 3.77 s (CPU
@@ -47,7 +36,6 @@ process's extra time goes" has what remains.
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import os
 import sys
@@ -73,7 +61,6 @@ _STARTED = threading.Event()
 _IMPORTING = threading.Lock()
 _FORK_WAIT_S = 30.0
 _HELD_FOR_FORK: list[bool] = []
-_EXITING: list[bool] = []  # the interpreter is exiting: the head start makes no S3 file system
 
 
 def start(properties: Mapping[str, str] | None = None) -> None:
@@ -84,23 +71,11 @@ def start(properties: Mapping[str, str] | None = None) -> None:
         return
     _STARTED.set()
     first = _SQLITE if str((properties or {}).get("uri", "")).startswith("sqlite") else ()
-    if properties:  # it will make an S3 file system: never while pyarrow finalizes S3 at exit
-        atexit.register(_before_exit)  # (after pyarrow's handler, imported with store/s3.py: run before it)
-    threading.Thread(target=_run, args=(first, dict(properties or {})), name="lakepub-start-threads",
-                     daemon=True).start()
+    threading.Thread(target=_run, args=(first,), name="lakepub-start-threads", daemon=True).start()
 
 
-def _run(first: tuple[str, ...] = (), properties: Mapping[str, str] | None = None) -> None:
+def _run(first: tuple[str, ...] = ()) -> None:
     _import(first)
-    if properties:  # the warehouse bucket's S3 file system, before the first table is loaded
-        with _IMPORTING:  # (a fork waits for it: never a child of a half-made AWS client; nor the exit)
-            try:
-                if not _EXITING:
-                    from lakepub.store.s3 import make_file_system
-
-                    make_file_system(properties)
-            except Exception:  # noqa: BLE001 - only a head start: the first table load makes it and reports
-                pass
     with _IMPORTING:
         from lakepub.store.cache import _POOL as _RUN_FETCHES
         from lakepub.store.files import _REMOTE_POOL
@@ -121,18 +96,6 @@ def _import(modules: tuple[str, ...]) -> None:
                 importlib.import_module(module)
             except ImportError:  # pragma: no cover - only a head start
                 pass
-
-
-def _before_exit() -> None:
-    """The process is exiting (atexit, before pyarrow's ``ensure_s3_finalized``): wait for an S3
-    file system being made here and let none be made after. A process ending right after its
-    head start began (a refused batch, a short command) otherwise had the AWS client made in
-    C++ while S3 was finalized: SIGSEGV, or abort ("exception not rethrown")."""
-    if _IMPORTING.acquire(timeout=_FORK_WAIT_S):  # (bounded, as a fork)
-        _EXITING.append(True)
-        _IMPORTING.release()
-    else:  # pragma: no cover - a head start stuck for 30 s
-        _EXITING.append(True)
 
 
 def _before_fork() -> None:
