@@ -308,10 +308,11 @@ def status(ctx: click.Context, dataset: str | None, landing: str | None, as_of: 
     stamp = quick.stamp(ctx.obj["workspace"])  # before the configuration loads
     ws = _ws(ctx)
     audit_before = quick.audit_location(ws) if landing is None else None
+    hidden: set[str] = set()
     if dataset:
         names = [dataset]
     else:  # retired datasets are hidden from the listing (named, they are shown with a note)
-        hidden = retired_names(ws)
+        hidden = set(retired_names(ws))
         names = [n for n in sorted(ws.config.datasets) if n not in hidden]
     now = _instant(as_of) if as_of else None
     statuses = [reports.status(ws, name, landing=landing, now=now) for name in names]
@@ -324,6 +325,12 @@ def status(ctx: click.Context, dataset: str | None, landing: str | None, as_of: 
     if fmt == "json":
         click.echo(output.to_json([s.as_dict() for s in statuses]))
         return
+    if not statuses:  # a catalog_dir spelt wrong looked like a workspace with nothing published
+        folder = ws.config.root / ws.config.catalog_dir / "datasets"
+        click.echo(f"no dataset to show: every dataset of {folder} is retired ({', '.join(sorted(hidden))}; "
+                   "`lakepub restore DATASET` brings one back)" if hidden else
+                   f"no dataset to show: {folder} defines none (lakepub.yaml's catalog_dir names the catalog "
+                   "folder)", err=True)
     for s in statuses:
         click.echo(reports.status_text(s))
 

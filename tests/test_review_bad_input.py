@@ -380,3 +380,25 @@ def test_an_output_path_that_cannot_be_one_is_invalid_input(seeded, cli, tmp_pat
     assert (tmp_path / "afile").read_text() == "x"
     assert list((tmp_path / "tf").iterdir()) == [tmp_path / "tf/lakepub.prom"]  # no temp file left
     unchanged(seeded, cli)
+
+
+def test_status_with_nothing_to_show_says_why(ws_path: Path, cli, tmp_path: Path):
+    """A catalog_dir spelt wrong used to look like a workspace with nothing published (no output,
+    exit 0); every dataset retired likewise. Still exit 0 (a read, nothing is wrong with the data),
+    with one stderr line saying why; JSON stays an empty list."""
+    config = ws_path / "lakepub.yaml"
+    config.write_text(config.read_text().replace("catalog_dir: catalog", "catalog_dir: catalgo"))
+    assert "catalog_dir: catalgo" in config.read_text()
+    res = cli("status")
+    assert (res.code, res.out) == (0, ""), res.err
+    assert res.err.strip().splitlines() == [
+        f"no dataset to show: {ws_path / 'catalgo' / 'datasets'} defines none (lakepub.yaml's catalog_dir names "
+        "the catalog folder)"]
+    res = cli("status", "--format", "json")
+    assert (res.code, json.loads(res.out), res.err) == (0, [], "")
+    config.write_text(config.read_text().replace("catalog_dir: catalgo", "catalog_dir: catalog"))
+    events = write_jsonl(tmp_path / "a.jsonl", [GOOD])
+    assert cli("publish", "orders_daily", "--events", str(events), "--start", "{}", "--end", '{"p0": 1}').code == 0
+    assert cli("retire", "orders_daily").code == 0
+    res = cli("status")
+    assert res.code == 0 and res.out == "" and "every dataset of" in res.err and "orders_daily" in res.err, res.err
