@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from lakepub import output
-from lakepub.cli_support import format_option, handle_errors
+from lakepub.cli_support import OneLineUsage, format_option, handle_errors
 from lakepub.errors import UserError
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def _prefetching(path: Path, dataset: str, landing: Path | None) -> tuple[Any, A
 
 
 
-@click.group(epilog=EXIT_CODES_HELP)
+@click.group(cls=OneLineUsage, epilog=EXIT_CODES_HELP)
 @click.option("-w", "--workspace", type=click.Path(file_okay=False, path_type=Path), default=".",
               envvar="LAKEPUB_WORKSPACE", show_default=True,
               help="Workspace folder (holding lakepub.yaml, or below it). Env: LAKEPUB_WORKSPACE.")

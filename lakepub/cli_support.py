@@ -101,3 +101,43 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
                 sys.stdout = watched._stream
 
     return wrapper
+
+
+class OneLineUsage(click.Group):
+    """The ``lakepub`` group: click's usage errors (an unknown command or option, a value not
+    among a ``--format``'s choices, a missing argument) end like lakepub's own errors: one stderr
+    line ``error: <command>: <click's message>; see '<command> --help'``, exit 2, and with
+    ``--format json`` also one JSON object on stdout (``kind`` ``invalid_input``, ``type``
+    ``UsageError``). Click's default was four lines (usage, hint, a blank, the error) and no JSON.
+    ``lakepub`` alone still prints the help (exit 2, as click does)."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        argv = list(sys.argv[1:] if args is None else args)
+        try:
+            code = super().main(argv, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "lakepub"
+            message = f"{where}: {' '.join(exc.format_message().split()).rstrip('.')}; see '{where} --help'"
+            if _asks_json(argv):
+                click.echo(json.dumps({"code": exc.exit_code, "kind": "invalid_input", "type": "UsageError",
+                                       "message": message}))
+            click.echo(f"error: {message}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:  # as click itself ends them
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if type(code) is int else 0)  # ctx.exit(N) returns N here; a command returns None
+
+
+def _asks_json(argv: list[str]) -> bool:
+    """Whether the command line asks for ``--format json`` (as one or two arguments)."""
+    return any(a == "--format=json" or (a == "--format" and b == "json") for a, b in zip(argv, argv[1:] + [""]))

@@ -402,3 +402,41 @@ def test_status_with_nothing_to_show_says_why(ws_path: Path, cli, tmp_path: Path
     assert cli("retire", "orders_daily").code == 0
     res = cli("status")
     assert res.code == 0 and res.out == "" and "every dataset of" in res.err and "orders_daily" in res.err, res.err
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["status", "--format", "xml"], "'--format': 'xml' is not one of"),
+    (["stauts"], "No such command 'stauts'"),
+    (["status", "--bogus"], "No such option '--bogus'"),
+    (["contract", "lint", "--nope"], "No such option '--nope'"),
+    (["publish"], "Missing argument 'DATASET'"),
+    (["status", "--format", "json", "--bogus"], "No such option '--bogus'"),
+    (["log", "--format=json"], "Missing argument 'DATASET'"),
+])
+def test_click_usage_errors_are_one_line_and_json_when_asked(cli, args, needle):
+    """Click's usage errors printed four lines (usage, hint, blank, error) and no JSON document;
+    now one ``error:`` line naming the command and where its help is, exit 2, and with
+    ``--format json`` one JSON object on stdout too."""
+    res = cli(*args)
+    line = refused(res, needle, "--help'")
+    assert line.startswith("error: main"), line  # the command path (CliRunner names the group main)
+    if "json" in " ".join(args):
+        assert json.loads(res.out) == {"code": 2, "kind": "invalid_input", "type": "UsageError",
+                                       "message": line.removeprefix("error: ")}
+    else:
+        assert res.out == ""
+
+
+def test_help_version_and_bare_group_keep_clicks_behaviour(cli):
+    assert cli("--help").code == 0 and "Exit codes" in cli("--help").out
+    res = cli("status", "--help")
+    assert res.code == 0 and res.out.startswith("Usage: ")
+    res = cli("--version")
+    assert res.code == 0 and "version" in res.out
+    refused(cli(), "Missing command", "--help'")  # options but no command
+    from click.testing import CliRunner
+
+    from lakepub.cli import main
+
+    bare = CliRunner().invoke(main, [])
+    assert bare.exit_code == 2 and "Commands:" in bare.stderr  # nothing at all: click's help (8.2+: exit 2)
