@@ -82,6 +82,7 @@ def test_from_a_position_compares_only_the_input_after_it(ws_path: Path, cli):
     assert s["rows_old"] == s["rows_new"] == len(live) and s["ok"]
     r = cli("shadow", "customers_mrr", "--contract", "contracts/customers@v1.1", "--from", '{"p0": 99}')
     assert r.code == 2 and "past the published position" in r.err
+    assert len(r.err.strip().splitlines()) == 1, r.err  # off a terminal, no progress label before it
 
 
 def test_unknown_thresholds_and_other_contracts_are_refused_naming_file_and_key(ws_path: Path, cli):

@@ -303,7 +303,8 @@ def shadow(ctx: click.Context, dataset: str, contract_ref: str, start: str | Non
     new = load_contract(_contract_path(contract_ref, root))
     begin = positions.parse_vector(start, "--from") if start else None
     bar: Any = None
-    if fmt != "json":
+    # A bar on a terminal only: elsewhere click printed its label alone, a second line before an error.
+    if fmt != "json" and sys.stderr.isatty() and not (ctx.obj or {}).get("quiet"):
         pending = 2 * sum(ws.committed_positions(dataset).get(ws.dataset(dataset).source, {}).values())
         pending -= 2 * sum((begin or {}).values())
         bar = click.progressbar(length=max(pending, 0), label=f"shadow {dataset}", file=sys.stderr, show_pos=True)
