@@ -235,3 +235,26 @@ def _published_mrr(cli) -> dict:
     from test_any_dataset import _published_mrr as published
 
     return published(cli)
+
+
+def test_an_unreadable_retirement_record_hides_never_deletes_and_every_command_reads_it(ws_path: Path, cli):
+    """A retirement record that cannot be read counts as retired with an infinite grace: its end
+    was int(inf) (OverflowError) in ``status``, ``state`` and the janitor (internal errors, exit 1),
+    and JSON would have held Infinity. Now: hidden, never due, the grace and its end null in JSON."""
+    from lakepub.lifecycle.retirement import RETIRED_PROPERTY
+
+    _orders(ws_path, "00000.jsonl", [("A", 1, "2025-10-01", 100)])
+    _ok(cli("run", "orders_daily"))
+    table = Workspace.open(ws_path).catalog.load_table("lakepub.orders_daily")
+    with table.transaction() as tx:
+        tx.set_properties({RETIRED_PROPERTY: "{not json"})
+    res = _ok(cli("status", "orders_daily"))
+    assert "its retirement record cannot be read, so it is never hard-deleted" in res.out, res.out
+    state = json.loads(_ok(cli("state", "orders_daily", "--format", "json")).out)
+    assert state["retired"]["grace_s"] is None and state["retired"]["delete_after"] is None, state["retired"]
+    ws = Workspace.open(ws_path)
+    later = run_janitor(ws, [], JanitorOptions(dry_run=True), now=time.time() + 10_000 * 365 * DAY)
+    assert later.retired.deleted == [] and ws.catalog.table_exists("lakepub.orders_daily")
+    assert "orders_daily" not in ws.published_views()
+    _ok(cli("restore", "orders_daily"))
+    assert _ok(cli("query", "SELECT sum(cents) AS c FROM orders_daily", "--format", "json")).json() == [{"c": 100}]

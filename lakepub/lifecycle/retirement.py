@@ -27,6 +27,7 @@ and a restore after it is refused (exit 3): a dataset is never deleted after a s
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -41,6 +42,7 @@ from lakepub.store.commit import CommitConflict, TableChange, commit_atomically,
 
 RETIRED_PROPERTY = "lakepub.retired"
 DEFAULT_GRACE_S = 7 * 86400.0  # like dbt/SQLMesh janitors: a week to notice and restore
+NEVER_MS = 253402300799999  # 9999-12-31T23:59:59.999Z: the end of a grace that never ends
 _ATTEMPTS = 8
 
 
@@ -59,14 +61,21 @@ class Retirement:
 
     @property
     def delete_after_ms(self) -> int:
-        return self.at_ms + int(self.grace_s * 1000)
+        """When the grace ends; never (the last millisecond of year 9999) for a record that could not
+        be read (its grace is infinite) or whose end no timestamp can say."""
+        if not math.isfinite(self.grace_s):
+            return NEVER_MS
+        return min(self.at_ms + int(self.grace_s * 1000), NEVER_MS)
 
     def due(self, now: float) -> bool:
-        """The grace is over at ``now`` (Unix seconds)."""
-        return now * 1000 >= self.delete_after_ms
+        """The grace is over at ``now`` (Unix seconds); never for an infinite grace."""
+        return math.isfinite(self.grace_s) and now * 1000 >= self.delete_after_ms
 
     def as_dict(self) -> dict[str, object]:
-        return {**asdict(self), "at": iso(self.at_ms), "delete_after": iso(self.delete_after_ms)}
+        """JSON-ready: an infinite grace (a record that could not be read) is null, as its end."""
+        finite = math.isfinite(self.grace_s)
+        return {**asdict(self), "grace_s": self.grace_s if finite else None, "at": iso(self.at_ms),
+                "delete_after": iso(self.delete_after_ms) if finite else None}
 
     def to_property(self) -> str:
         return json.dumps({"state": self.state, "at_ms": self.at_ms, "grace_s": self.grace_s}, sort_keys=True)
@@ -107,7 +116,10 @@ def retirement_note(ws, status):
     if found is None:
         return status
     note = (f"retired since {iso(found.at_ms)} ({found.state}): hidden from queries and listings, skipped by run; "
-            f"'lakepub restore {status.dataset}' undoes it until {iso(found.delete_after_ms)}")
+            + (f"'lakepub restore {status.dataset}' undoes it until {iso(found.delete_after_ms)}"
+               if math.isfinite(found.grace_s) else
+               f"its retirement record cannot be read, so it is never hard-deleted; 'lakepub restore "
+               f"{status.dataset}' undoes it"))
     return replace(status, note=f"{note}; {status.note}" if status.note else note)
 
 

@@ -16,7 +16,8 @@ bumps it) and pinned by ``tests/test_sensors.py``::
     partitions         [{partition, checksum, data_version, snapshot_id, published_at, empty}] per
                        partition ever published, from the newest publish that rewrote it
     partition_count    non-empty partitions after the newest publish (null in old records)
-    retired            null, or {state, at, at_ms, grace_s, delete_after}
+    retired            null, or {state, at, at_ms, grace_s, delete_after} (the last two null when
+                       the retirement record cannot be read: never hard-deleted)
     metadata_location  what an outside reader opens
     note               why readiness is not "published", or null
 
