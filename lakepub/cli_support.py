@@ -125,8 +125,11 @@ class OneLineUsage(click.Group):
             where = exc.ctx.command_path if exc.ctx is not None else "lakepub"
             message = f"{where}: {' '.join(exc.format_message().split()).rstrip('.')}; see '{where} --help'"
             if _asks_json(argv):
-                click.echo(json.dumps({"code": exc.exit_code, "kind": "invalid_input", "type": "UsageError",
-                                       "message": message}))
+                try:
+                    click.echo(json.dumps({"code": exc.exit_code, "kind": "invalid_input", "type": "UsageError",
+                                           "message": message}))
+                except BrokenPipeError:  # stdout's reader is gone (outside click's main: its EPIPE care)
+                    sys.stdout = click.utils._PacifyFlushWrapper(sys.stdout)  # noqa: SLF001 - click's own
             click.echo(f"error: {message}", err=True)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:  # as click itself ends them

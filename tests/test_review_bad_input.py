@@ -440,3 +440,19 @@ def test_help_version_and_bare_group_keep_clicks_behaviour(cli):
 
     bare = CliRunner().invoke(main, [])
     assert bare.exit_code == 2 and "Commands:" in bare.stderr  # nothing at all: click's help (8.2+: exit 2)
+
+
+def test_a_usage_error_with_json_asked_on_a_closed_pipe_is_still_one_line(tmp_path: Path):
+    """``lakepub status --format json --bogus | head -0``: OneLineUsage printed the JSON object
+    outside click's main, so a closed stdout (EPIPE) was a BrokenPipeError traceback, exit 1, and
+    the error line never reached stderr. Now the line and exit 2, as without the pipe."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-m", "lakepub.cli", "-w", str(tmp_path), "status", "--format", "json",
+                             "--bogus"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    proc.stdout.close()  # the reader is gone before the CLI writes
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 2 and err.count("\n") == 1 and err.startswith("error: ") and "'--bogus'" in err, err
