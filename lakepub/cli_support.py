@@ -142,5 +142,14 @@ class OneLineUsage(click.Group):
 
 
 def _asks_json(argv: list[str]) -> bool:
-    """Whether the command line asks for ``--format json`` (as one or two arguments)."""
-    return any(a == "--format=json" or (a == "--format" and b == "json") for a, b in zip(argv, argv[1:] + [""]))
+    """Whether the command line asks for ``--format json`` (as one or two arguments) as click reads
+    it: the last ``--format`` wins, and nothing after ``--`` is an option."""
+    asked, rest = None, iter(argv)
+    for a in rest:
+        if a == "--":
+            break
+        if a.startswith("--format="):
+            asked = a.removeprefix("--format=")
+        elif a == "--format":
+            asked = next(rest, None)
+    return asked == "json"

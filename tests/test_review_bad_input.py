@@ -456,3 +456,16 @@ def test_a_usage_error_with_json_asked_on_a_closed_pipe_is_still_one_line(tmp_pa
     proc.stdout.close()  # the reader is gone before the CLI writes
     err = proc.stderr.read().decode()
     assert proc.wait() == 2 and err.count("\n") == 1 and err.startswith("error: ") and "'--bogus'" in err, err
+
+
+@pytest.mark.parametrize("args, json_out", [
+    (["status", "--format", "json", "--format", "table", "--bogus"], False),  # click: the last one wins
+    (["status", "--format", "table", "--format=json", "--bogus"], True),
+    (["query", "--bogus", "--", "--format", "json"], False),  # after '--': arguments, not options
+])
+def test_a_usage_error_asks_json_as_click_would_read_format(cli, args, json_out):
+    """``_asks_json`` said yes to any ``--format json`` on the line: a later ``--format table``
+    (the one click uses) or words after ``--`` still printed a JSON object on stdout."""
+    res = cli(*args)
+    refused(res, "No such option '--bogus'", "--help'")
+    assert (res.out != "") is json_out, res.out
