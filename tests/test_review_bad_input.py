@@ -469,3 +469,17 @@ def test_a_usage_error_asks_json_as_click_would_read_format(cli, args, json_out)
     res = cli(*args)
     refused(res, "No such option '--bogus'", "--help'")
     assert (res.out != "") is json_out, res.out
+
+
+def test_status_with_nothing_to_show_follows_quiet_and_log_format(ws_path: Path, cli):
+    """The 'no dataset to show' line was a bare echo on stderr: printed under ``-q`` (only errors
+    on stderr) and as plain text under ``--log-format json`` (every stderr line a JSON object).
+    It is a warning record now: silent with -q, one JSON object with json logs."""
+    config = ws_path / "lakepub.yaml"
+    config.write_text(config.read_text().replace("catalog_dir: catalog", "catalog_dir: catalgo"))
+    res = cli("-q", "status")
+    assert (res.code, res.out, res.err) == (0, "", ""), res.err
+    res = cli("--log-format", "json", "status")
+    records = [json.loads(line) for line in res.err.strip().splitlines()]
+    assert res.code == 0 and any("no dataset to show" in r["message"] and r["level"] == "warning"
+                                 for r in records), res.err
