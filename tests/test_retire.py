@@ -260,11 +260,8 @@ def test_an_unreadable_retirement_record_hides_never_deletes_and_every_command_r
     assert _ok(cli("query", "SELECT sum(cents) AS c FROM orders_daily", "--format", "json")).json() == [{"c": 100}]
 
 
-@pytest.mark.parametrize("grace_s, due", [(1e306, False), (-1e306, True), (-1e20, True)])
-def test_a_huge_finite_grace_in_an_older_record_reads_without_overflow(ws_path: Path, cli, grace_s, due):
-    """A finite grace whose end in milliseconds overflows (1e306 s: grace_s * 1000 is inf) or
-    lies before year 1 was int(inf) / a timestamp out of range: an internal error in ``status``,
-    ``state`` and the janitor. Its end is clamped: never (year 9999) or the retirement itself."""
+def _retired_with_grace(ws_path: Path, cli, grace_s: float) -> None:
+    """orders_daily published, then retired at 2023-11-14T22:13:20Z by a record holding ``grace_s``."""
     from lakepub.lifecycle.retirement import RETIRED_PROPERTY
 
     _orders(ws_path, "00000.jsonl", [("A", 1, "2025-10-01", 100)])
@@ -273,6 +270,14 @@ def test_a_huge_finite_grace_in_an_older_record_reads_without_overflow(ws_path: 
     with table.transaction() as tx:
         tx.set_properties({RETIRED_PROPERTY: json.dumps({"state": "retired", "at_ms": 1_700_000_000_000,
                                                          "grace_s": grace_s})})
+
+
+@pytest.mark.parametrize("grace_s, due", [(1e306, False), (-1e306, True), (-1e20, True)])
+def test_a_huge_finite_grace_in_an_older_record_reads_without_overflow(ws_path: Path, cli, grace_s, due):
+    """A finite grace whose end in milliseconds overflows (1e306 s: grace_s * 1000 is inf) or
+    lies before year 1 was int(inf) / a timestamp out of range: an internal error in ``status``,
+    ``state`` and the janitor. Its end is clamped: never (year 9999) or the retirement itself."""
+    _retired_with_grace(ws_path, cli, grace_s)
     assert "retired since 2023-11-14" in _ok(cli("status", "orders_daily")).out
     state = json.loads(_ok(cli("state", "orders_daily", "--format", "json")).out)
     assert state["retired"]["delete_after"] == ("2023-11-14T22:13:20Z" if due else "9999-12-31T23:59:59Z")
@@ -288,14 +293,7 @@ def test_the_quick_path_says_the_same_grace_end_as_the_full_path(ws_path: Path, 
     from click.testing import CliRunner
 
     from lakepub.cli import main
-    from lakepub.lifecycle.retirement import RETIRED_PROPERTY
-
-    _orders(ws_path, "00000.jsonl", [("A", 1, "2025-10-01", 100)])
-    _ok(cli("run", "orders_daily"))
-    table = Workspace.open(ws_path).catalog.load_table("lakepub.orders_daily")
-    with table.transaction() as tx:
-        tx.set_properties({RETIRED_PROPERTY: json.dumps({"state": "retired", "at_ms": 1_700_000_000_000,
-                                                         "grace_s": grace_s})})
+    _retired_with_grace(ws_path, cli, grace_s)
     runs = {q: CliRunner().invoke(main, ["-w", str(ws_path), "status", "orders_daily"], env={"LAKEPUB_QUICK": q})
             for q in ("0", "trace", "trace")}  # the first trace run remembers, the second answers quickly
     assert runs["0"].exit_code == 0 and runs["trace"].stdout == runs["0"].stdout, (runs["0"].stdout, runs["trace"].stdout)
