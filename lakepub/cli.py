@@ -16,6 +16,7 @@ Exit codes: 0 ok (including "already published"), 1 verify mismatch or internal 
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from datetime import datetime, timezone
@@ -327,10 +328,10 @@ def status(ctx: click.Context, dataset: str | None, landing: str | None, as_of: 
         return
     if not statuses:  # a catalog_dir spelt wrong looked like a workspace with nothing published
         folder = ws.config.root / ws.config.catalog_dir / "datasets"
-        click.echo(f"no dataset to show: every dataset of {folder} is retired ({', '.join(sorted(hidden))}; "
-                   "`lakepub restore DATASET` brings one back)" if hidden else
-                   f"no dataset to show: {folder} defines none (lakepub.yaml's catalog_dir names the catalog "
-                   "folder)", err=True)
+        why = (f"no dataset to show: every dataset of {folder} is retired ({', '.join(sorted(hidden))}; "
+               "`lakepub restore DATASET` brings one back)" if hidden else
+               f"no dataset to show: {folder} defines none (lakepub.yaml's catalog_dir names the catalog folder)")
+        logging.getLogger("lakepub.cli").warning("%s", why, extra={"_text": why})  # -q, --log-format json
     for s in statuses:
         click.echo(reports.status_text(s))
 

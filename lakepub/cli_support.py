@@ -125,8 +125,11 @@ class OneLineUsage(click.Group):
             where = exc.ctx.command_path if exc.ctx is not None else "lakepub"
             message = f"{where}: {' '.join(exc.format_message().split()).rstrip('.')}; see '{where} --help'"
             if _asks_json(argv):
-                click.echo(json.dumps({"code": exc.exit_code, "kind": "invalid_input", "type": "UsageError",
-                                       "message": message}))
+                try:
+                    click.echo(json.dumps({"code": exc.exit_code, "kind": "invalid_input", "type": "UsageError",
+                                           "message": message}))
+                except BrokenPipeError:  # stdout's reader is gone (outside click's main: its EPIPE care)
+                    sys.stdout = click.utils._PacifyFlushWrapper(sys.stdout)  # noqa: SLF001 - click's own
             click.echo(f"error: {message}", err=True)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:  # as click itself ends them
@@ -139,5 +142,14 @@ class OneLineUsage(click.Group):
 
 
 def _asks_json(argv: list[str]) -> bool:
-    """Whether the command line asks for ``--format json`` (as one or two arguments)."""
-    return any(a == "--format=json" or (a == "--format" and b == "json") for a, b in zip(argv, argv[1:] + [""]))
+    """Whether the command line asks for ``--format json`` (as one or two arguments) as click reads
+    it: the last ``--format`` wins, and nothing after ``--`` is an option."""
+    asked, rest = None, iter(argv)
+    for a in rest:
+        if a == "--":
+            break
+        if a.startswith("--format="):
+            asked = a.removeprefix("--format=")
+        elif a == "--format":
+            asked = next(rest, None)
+    return asked == "json"

@@ -440,3 +440,46 @@ def test_help_version_and_bare_group_keep_clicks_behaviour(cli):
 
     bare = CliRunner().invoke(main, [])
     assert bare.exit_code == 2 and "Commands:" in bare.stderr  # nothing at all: click's help (8.2+: exit 2)
+
+
+def test_a_usage_error_with_json_asked_on_a_closed_pipe_is_still_one_line(tmp_path: Path):
+    """``lakepub status --format json --bogus | head -0``: OneLineUsage printed the JSON object
+    outside click's main, so a closed stdout (EPIPE) was a BrokenPipeError traceback, exit 1, and
+    the error line never reached stderr. Now the line and exit 2, as without the pipe."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-m", "lakepub.cli", "-w", str(tmp_path), "status", "--format", "json",
+                             "--bogus"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+    proc.stdout.close()  # the reader is gone before the CLI writes
+    err = proc.stderr.read().decode()
+    assert proc.wait() == 2 and err.count("\n") == 1 and err.startswith("error: ") and "'--bogus'" in err, err
+
+
+@pytest.mark.parametrize("args, json_out", [
+    (["status", "--format", "json", "--format", "table", "--bogus"], False),  # click: the last one wins
+    (["status", "--format", "table", "--format=json", "--bogus"], True),
+    (["query", "--bogus", "--", "--format", "json"], False),  # after '--': arguments, not options
+])
+def test_a_usage_error_asks_json_as_click_would_read_format(cli, args, json_out):
+    """``_asks_json`` said yes to any ``--format json`` on the line: a later ``--format table``
+    (the one click uses) or words after ``--`` still printed a JSON object on stdout."""
+    res = cli(*args)
+    refused(res, "No such option '--bogus'", "--help'")
+    assert (res.out != "") is json_out, res.out
+
+
+def test_status_with_nothing_to_show_follows_quiet_and_log_format(ws_path: Path, cli):
+    """The 'no dataset to show' line was a bare echo on stderr: printed under ``-q`` (only errors
+    on stderr) and as plain text under ``--log-format json`` (every stderr line a JSON object).
+    It is a warning record now: silent with -q, one JSON object with json logs."""
+    config = ws_path / "lakepub.yaml"
+    config.write_text(config.read_text().replace("catalog_dir: catalog", "catalog_dir: catalgo"))
+    res = cli("-q", "status")
+    assert (res.code, res.out, res.err) == (0, "", ""), res.err
+    res = cli("--log-format", "json", "status")
+    records = [json.loads(line) for line in res.err.strip().splitlines()]
+    assert res.code == 0 and any("no dataset to show" in r["message"] and r["level"] == "warning"
+                                 for r in records), res.err

@@ -62,10 +62,14 @@ class Retirement:
     @property
     def delete_after_ms(self) -> int:
         """When the grace ends; never (the last millisecond of year 9999) for a record that could not
-        be read (its grace is infinite) or whose end no timestamp can say."""
+        be read (its grace is infinite) or whose end no timestamp can say; at the retirement itself
+        for a negative grace (an older record's: no grace at all, and a timestamp iso() can print)."""
         if not math.isfinite(self.grace_s):
             return NEVER_MS
-        return min(self.at_ms + int(self.grace_s * 1000), NEVER_MS)
+        span = self.grace_s * 1000  # inf for a finite grace past ~1.8e305 s: no int() of it
+        if not math.isfinite(span):
+            return NEVER_MS if span > 0 else self.at_ms
+        return max(min(self.at_ms + int(span), NEVER_MS), self.at_ms)  # a negative grace: none
 
     def due(self, now: float) -> bool:
         """The grace is over at ``now`` (Unix seconds); never for an infinite grace."""

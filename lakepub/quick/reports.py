@@ -128,7 +128,10 @@ def _delete_after(at_ms: int, grace_s: float) -> int:
     """``Retirement.delete_after_ms`` (an unreadable record's infinite grace: the full path's answer)."""
     if grace_s != grace_s or grace_s in (float("inf"), float("-inf")):
         raise Unsupported("retirement record without a finite grace")
-    return at_ms + int(grace_s * 1000)
+    span = grace_s * 1000  # as the full path: a huge grace never ends, a negative one is none
+    if span in (float("inf"), float("-inf")):
+        return 253402300799999 if span > 0 else at_ms
+    return max(min(at_ms + int(span), 253402300799999), at_ms)
 
 
 def _iso_z(ms: int) -> str:
