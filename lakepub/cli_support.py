@@ -128,8 +128,8 @@ class OneLineUsage(click.Group):
                 try:
                     click.echo(json.dumps({"code": exc.exit_code, "kind": "invalid_input", "type": "UsageError",
                                            "message": message}))
-                except BrokenPipeError:  # stdout's reader is gone (outside click's main: its EPIPE care)
-                    sys.stdout = click.utils._PacifyFlushWrapper(sys.stdout)  # noqa: SLF001 - click's own
+                except BrokenPipeError:  # stdout's reader is gone (outside click's main: its EPIPE care);
+                    _stdout_to_devnull()  # Python's documented remedy, so the exit's flush cannot fail too
             click.echo(f"error: {message}", err=True)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:  # as click itself ends them
@@ -139,6 +139,13 @@ class OneLineUsage(click.Group):
             click.echo("Aborted!", err=True)
             sys.exit(1)
         sys.exit(code if type(code) is int else 0)  # ctx.exit(N) returns N here; a command returns None
+
+
+def _stdout_to_devnull() -> None:
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a test's captured stdout)
+        pass
 
 
 def _asks_json(argv: list[str]) -> bool:
