@@ -36,13 +36,13 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 
 from lakepub.errors import BlockedError, CommitContention, UserError
+from lakepub.maintenance.durations import grace_end_ms
 from pyiceberg.catalog.sql import SqlCatalog
 
 from lakepub.store.commit import CommitConflict, TableChange, commit_atomically, commit_in_order, commit_mode
 
 RETIRED_PROPERTY = "lakepub.retired"
 DEFAULT_GRACE_S = 7 * 86400.0  # like dbt/SQLMesh janitors: a week to notice and restore
-NEVER_MS = 253402300799999  # 9999-12-31T23:59:59.999Z: the end of a grace that never ends
 _ATTEMPTS = 8
 
 
@@ -61,15 +61,8 @@ class Retirement:
 
     @property
     def delete_after_ms(self) -> int:
-        """When the grace ends; never (the last millisecond of year 9999) for a record that could not
-        be read (its grace is infinite) or whose end no timestamp can say; at the retirement itself
-        for a negative grace (an older record's: no grace at all, and a timestamp iso() can print)."""
-        if not math.isfinite(self.grace_s):
-            return NEVER_MS
-        span = self.grace_s * 1000  # inf for a finite grace past ~1.8e305 s: no int() of it
-        if not math.isfinite(span):
-            return NEVER_MS if span > 0 else self.at_ms
-        return max(min(self.at_ms + int(span), NEVER_MS), self.at_ms)  # a negative grace: none
+        """When the grace ends (``durations.grace_end_ms``: never for an infinite grace)."""
+        return grace_end_ms(self.at_ms, self.grace_s)
 
     def due(self, now: float) -> bool:
         """The grace is over at ``now`` (Unix seconds); never for an infinite grace."""

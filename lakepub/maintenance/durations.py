@@ -4,6 +4,7 @@ the janitor."""
 
 from __future__ import annotations
 
+import math
 import re
 
 from lakepub.errors import UserError
@@ -42,3 +43,19 @@ def format_duration(seconds: float) -> str:
         if whole and whole % _UNITS[unit] == 0:
             return f"{whole // _UNITS[unit]}{unit}"
     return f"{whole}s"
+
+
+NEVER_MS = 253402300799999  # 9999-12-31T23:59:59.999Z: the end of a grace that never ends
+
+
+def grace_end_ms(at_ms: int, grace_s: float) -> int:
+    """When a grace of ``grace_s`` from ``at_ms`` ends (a retirement's, ``lifecycle/retirement.py``
+    and the quick path's): never (``NEVER_MS``) for an infinite grace, a record that could not be
+    read, or an end no timestamp can say; at ``at_ms`` itself for a negative grace (an older
+    record's: no grace at all, and a timestamp that prints)."""
+    if not math.isfinite(grace_s):
+        return NEVER_MS
+    span = grace_s * 1000  # inf for a finite grace past ~1.8e305 s: no int() of it
+    if not math.isfinite(span):
+        return NEVER_MS if span > 0 else at_ms
+    return max(min(at_ms + int(span), NEVER_MS), at_ms)

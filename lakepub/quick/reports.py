@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from lakepub.maintenance.durations import grace_end_ms
 from lakepub.positions import valid_name
 from lakepub.quick.catalog import QuickTable, QuickWorkspace, Unsupported, retirement, write_json
 from lakepub.report_rows import DatasetStatus, LandingStatus, LogEntry, log_entries
@@ -128,10 +129,7 @@ def _delete_after(at_ms: int, grace_s: float) -> int:
     """``Retirement.delete_after_ms`` (an unreadable record's infinite grace: the full path's answer)."""
     if grace_s != grace_s or grace_s in (float("inf"), float("-inf")):
         raise Unsupported("retirement record without a finite grace")
-    span = grace_s * 1000  # as the full path: a huge grace never ends, a negative one is none
-    if span in (float("inf"), float("-inf")):
-        return 253402300799999 if span > 0 else at_ms
-    return max(min(at_ms + int(span), 253402300799999), at_ms)
+    return grace_end_ms(at_ms, grace_s)
 
 
 def _iso_z(ms: int) -> str:
