@@ -126,6 +126,22 @@ def _cli(root: Path, *args: str, fault: str | None = None) -> subprocess.Complet
                           text=True, timeout=120, env=env)
 
 
+def _publish_args(folder: Path, stream: Stream, events: list[dict]) -> list[str]:
+    """``lakepub publish mor`` of ``events`` as the stream's next batch (written to folder/b.jsonl)."""
+    (folder / "b.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    return ["publish", "mor", "--events", str(folder / "b.jsonl"), "--start", json.dumps({"p0": stream.position}),
+            "--end", json.dumps({"p0": stream.position + len(events)})]
+
+
+def _published_after_all(root: Path, args: list[str], stream: Stream, events: list[dict]) -> Workspace:
+    """Run ``args`` (the publish of ``events``) to the end, apply them to the oracle, reopen."""
+    done = _cli(root, *args)
+    assert done.returncode == 0, done.stderr
+    stream.apply(events)
+    stream.position += len(events)
+    return Workspace.open(root)
+
+
 @pytest.mark.parametrize("point", ["after-data-write", "before-pointer-swap"])
 def test_a_crash_in_a_whole_rewrite_leaves_the_table_as_it_was(tmp_path: Path, point: str):
     from lakepub.maintenance.janitor import JanitorOptions, run_janitor
@@ -140,9 +156,7 @@ def test_a_crash_in_a_whole_rewrite_leaves_the_table_as_it_was(tmp_path: Path, p
     assert before == (2, 1)
     stored = set((root / ".lakepub").rglob("*.parquet"))
     events = [_event(stream, c, mrr=4) for c in (1, 2, 3)]  # 4/14 deleted: this publish rewrites whole
-    (tmp_path / "b.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    args = ["publish", "mor", "--events", str(tmp_path / "b.jsonl"), "--start", json.dumps({"p0": stream.position}),
-            "--end", json.dumps({"p0": stream.position + len(events)})]
+    args = _publish_args(tmp_path, stream, events)
     crashed = _cli(root, *args, fault=point)
     assert crashed.returncode == -9, crashed.stderr
     ws = Workspace.open(root)
@@ -151,11 +165,7 @@ def test_a_crash_in_a_whole_rewrite_leaves_the_table_as_it_was(tmp_path: Path, p
     _check(ws, stream, "mor", "ref", datafusion=False)  # the oracle has not seen ``events``
     run_janitor(ws, options=JanitorOptions(older_than_s=0, retain_last=5))
     assert not (set((root / ".lakepub").rglob("*.parquet")) - stored), "the janitor kept the crashed files"
-    done = _cli(root, *args)
-    assert done.returncode == 0, done.stderr
-    stream.apply(events)
-    stream.position += len(events)
-    ws = Workspace.open(root)
+    ws = _published_after_all(root, args, stream, events)
     assert _files(ws, "mor") == (1, 0)
     _check(ws, stream, "mor", "ref")
 

@@ -14,14 +14,13 @@ delete files, and the large file of the first publish is never rewritten.
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
 from lakepub.publish import merge_on_read
 from lakepub.publish.published_state import value_of
 from lakepub.workspace import Workspace
-from tests.test_fold_threshold import _cli, _event, _publish
+from tests.test_fold_threshold import _cli, _event, _publish, _publish_args, _published_after_all
 from tests.test_merge_on_read import Stream, _check, _dataset, _workspace
 
 
@@ -93,22 +92,27 @@ def test_random_streams_fold_small_files_per_partition_and_equal_the_oracle(tmp_
     _check(Workspace.open(root), stream, "ref", "mor", "mor_default")
 
 
-def test_a_crash_in_a_fold_of_small_files_leaves_the_table_as_it_was(tmp_path: Path):
-    from lakepub.maintenance.janitor import JanitorOptions, run_janitor
-
-    root = tmp_path / "ws"
+def at_the_delete_file_limit(root: Path) -> tuple[Workspace, Stream]:
+    """``mor`` (merge-on-read, no fold threshold) and ``ref`` in a new workspace: 30 rows, then one
+    single-row publish per delete file up to ``MAX_DELETE_FILES``: the next deleting publish folds."""
     ws = _workspace(root, _dataset("mor", "merge-on-read", "none", fold_threshold=1.0), _dataset("ref", None, "none"))
     stream = Stream(0)
     _publish(ws, stream, [_event(stream, c) for c in range(30)])
     for i in range(merge_on_read.MAX_DELETE_FILES):
         _publish(ws, stream, [_event(stream, i, mrr=2)])
+    return ws, stream
+
+
+def test_a_crash_in_a_fold_of_small_files_leaves_the_table_as_it_was(tmp_path: Path):
+    from lakepub.maintenance.janitor import JanitorOptions, run_janitor
+
+    root = tmp_path / "ws"
+    ws, stream = at_the_delete_file_limit(root)
     pointer = ws.catalog.load_table(("lakepub", "mor")).metadata_location
     layout = _layout(ws, "mor")
     stored = set((root / ".lakepub").rglob("*.parquet"))
     events = [_event(stream, c, mrr=4) for c in (3, 20, 21)]  # this publish folds the small files
-    (tmp_path / "b.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    args = ["publish", "mor", "--events", str(tmp_path / "b.jsonl"), "--start", json.dumps({"p0": stream.position}),
-            "--end", json.dumps({"p0": stream.position + len(events)})]
+    args = _publish_args(tmp_path, stream, events)
     for point in ("after-data-write", "before-pointer-swap"):
         crashed = _cli(root, *args, fault=point)
         assert crashed.returncode == -9, crashed.stderr
@@ -118,11 +122,7 @@ def test_a_crash_in_a_fold_of_small_files_leaves_the_table_as_it_was(tmp_path: P
         _check(ws, stream, "mor", "ref", datafusion=False)  # the oracle has not seen ``events``
         run_janitor(ws, options=JanitorOptions(older_than_s=0, retain_last=20))
         assert not (set((root / ".lakepub").rglob("*.parquet")) - stored), "the janitor kept the crashed files"
-    done = _cli(root, *args)
-    assert done.returncode == 0, done.stderr
-    stream.apply(events)
-    stream.position += len(events)
-    ws = Workspace.open(root)
+    ws = _published_after_all(root, args, stream, events)
     data, deletes = _layout(ws, "mor")[None]
     assert len(data) == 2 and len(deletes) == 1 and set(layout[None][0]) & set(data)  # the 30-row file kept
     _check(ws, stream, "mor", "ref")

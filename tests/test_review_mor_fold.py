@@ -7,28 +7,21 @@ DuckDB equals the oracle and ``verify --deep`` passes, and the next folds build 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from lakepub.publish import merge_on_read
 from lakepub.workspace import Workspace
-from tests.test_fold_threshold import _cli, _event, _publish
-from tests.test_merge_on_read import Stream, _check, _dataset, _workspace
-from tests.test_mor_small_fold import _layout
+from tests.test_fold_threshold import _cli, _event, _publish, _publish_args
+from tests.test_merge_on_read import _check
+from tests.test_mor_small_fold import _layout, at_the_delete_file_limit
 
 
 def test_a_crash_after_the_commit_of_a_fold_is_published_once_and_folds_go_on(tmp_path: Path):
     root = tmp_path / "ws"
-    ws = _workspace(root, _dataset("mor", "merge-on-read", "none", fold_threshold=1.0), _dataset("ref", None, "none"))
-    stream = Stream(0)
-    _publish(ws, stream, [_event(stream, c) for c in range(30)])
-    for i in range(merge_on_read.MAX_DELETE_FILES):
-        _publish(ws, stream, [_event(stream, i, mrr=2)])
+    ws, stream = at_the_delete_file_limit(root)
     assert len(_layout(ws, "mor")[None][1]) == merge_on_read.MAX_DELETE_FILES
     events = [_event(stream, c, mrr=4) for c in (3, 20, 21)]  # this publish folds the small files
-    (tmp_path / "b.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    args = ["publish", "mor", "--events", str(tmp_path / "b.jsonl"), "--start", json.dumps({"p0": stream.position}),
-            "--end", json.dumps({"p0": stream.position + len(events)})]
+    args = _publish_args(tmp_path, stream, events)
     crashed = _cli(root, *args, fault="after-commit")
     assert crashed.returncode == -9, crashed.stderr
     stream.apply(events)
